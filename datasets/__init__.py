@@ -1,0 +1,1 @@
+"""tsmix.datasets: LTSF benchmark specs, reading, lookup/download, validation, scaling, windows."""

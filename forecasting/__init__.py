@@ -1,0 +1,1 @@
+"""tsmix.forecasting: patch/variate encoders over any mixer, DLinear, trainer, Forecaster."""

@@ -1,0 +1,1 @@
+"""tsmix.models: language-model, vision and synthetic pipelines on the shared mixer core."""

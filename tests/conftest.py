@@ -1,0 +1,23 @@
+"""Shared fixtures. Tests are small so the suite stays under ten minutes on 2 cores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real benchmark data (CI sets TSMIX_DATA_DIR=../shared/data)."""
+    env = os.environ.get("TSMIX_DATA_DIR")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    for c in candidates:
+        if (c / "ETT-small" / "ETTh1.csv").exists():
+            return c
+    pytest.skip("benchmark data not found: set TSMIX_DATA_DIR to the shared data folder")

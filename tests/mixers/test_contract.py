@@ -1,0 +1,159 @@
+"""One contract suite over every registered mixer, present and future.
+
+A new mixer file is covered here without a new test: shapes, dtypes, no look-ahead when
+causal (also numerically, under a huge future perturbation), finiteness at |x| = 1e4,
+batch independence, determinism, state_dict round trip, reference == fast path in
+float64 on outputs and gradients, option validation and its search space.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import optuna
+import pytest
+import torch
+
+import tsmix
+from tsmix.registry import mixer_spec
+
+DIM, HEADS = 16, 2
+MIXERS = tsmix.available_mixers()
+
+
+def modes(name: str) -> list[bool]:
+    spec = mixer_spec(name)
+    return [c for c, ok in ((False, spec.supports_bidirectional), (True, spec.supports_causal)) if ok]
+
+
+CASES = [pytest.param(n, c, id=f"{n}-{'causal' if c else 'bidir'}") for n in MIXERS for c in modes(n)]
+
+
+def make(name: str, causal: bool, dtype=torch.float32, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    m = tsmix.build_mixer(name, DIM, heads=HEADS, causal=causal)
+    return m.to(dtype).eval()
+
+
+def test_registry_has_the_baselines():
+    assert "softmax" in MIXERS
+    assert MIXERS == sorted(MIXERS)
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+@pytest.mark.parametrize("n", [1, 7, 16])
+def test_shape_and_dtype(name, causal, n):
+    for dtype in (torch.float32, torch.float64):
+        m = make(name, causal, dtype)
+        x = torch.randn(3, n, DIM, dtype=dtype)
+        y = m(x)
+        assert y.shape == x.shape and y.dtype == dtype
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_bfloat16_finite(name, causal):
+    m = make(name, causal, torch.bfloat16)
+    x = torch.randn(2, 12, DIM, dtype=torch.bfloat16, requires_grad=True)
+    y = m(x)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
+    y.float().square().mean().backward()
+    assert torch.isfinite(x.grad.float()).all()
+
+
+@pytest.mark.parametrize("name", [n for n in MIXERS if mixer_spec(n).supports_causal])
+def test_causal_no_lookahead(name):
+    n, t = 13, 6
+    # float64, small perturbation: outputs <= t are unchanged to the last bits.
+    m = make(name, True, torch.float64)
+    x = torch.randn(2, n, DIM, dtype=torch.float64)
+    x2 = x.clone()
+    x2[:, t + 1 :] += torch.randn_like(x2[:, t + 1 :])
+    torch.testing.assert_close(m(x)[:, : t + 1], m(x2)[:, : t + 1], rtol=1e-12, atol=1e-12)
+    # float32, huge future values: a whole-sequence max or normalizer would move the past.
+    m = make(name, True, torch.float32)
+    x = torch.randn(2, n, DIM)
+    x2 = x.clone()
+    x2[:, t + 1 :] = 1e4 * torch.randn_like(x2[:, t + 1 :])
+    torch.testing.assert_close(m(x)[:, : t + 1], m(x2)[:, : t + 1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_inputs_finite(name, causal, dtype):
+    m = make(name, causal, dtype)
+    x = (1e4 * torch.randn(2, 10, DIM)).to(dtype).requires_grad_(True)
+    y = m(x)
+    assert torch.isfinite(y.float()).all(), "non-finite output for |x| ~ 1e4"
+    y.float().mean().backward()
+    assert torch.isfinite(x.grad.float()).all(), "non-finite input gradient for |x| ~ 1e4"
+    for p in m.parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad.float()).all(), "non-finite parameter gradient"
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_batch_independence(name, causal):
+    m = make(name, causal, torch.float64)
+    x = torch.randn(4, 9, DIM, dtype=torch.float64)
+    x2 = x.clone()
+    x2[1:] = torch.randn_like(x2[1:])
+    torch.testing.assert_close(m(x)[0], m(x2)[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(m(x)[:1], m(x[:1]), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_determinism_and_state_dict(name, causal):
+    x = torch.randn(2, 11, DIM)
+    a, b = make(name, causal, seed=3), make(name, causal, seed=3)
+    assert torch.equal(a(x), b(x))
+    c = make(name, causal, seed=4)
+    c.load_state_dict(copy.deepcopy(a.state_dict()))
+    assert torch.equal(a(x), c(x))
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_reference_matches_fast_path_float64(name, causal):
+    m = make(name, causal, torch.float64)
+    assert hasattr(m, "reference"), f"mixer {name!r} has no plain reference implementation"
+    x = torch.randn(2, 19, DIM, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 19, DIM, dtype=torch.float64)
+    y_fast = m(x)
+    g_fast = torch.autograd.grad((y_fast * w).sum(), [x, *m.parameters()], allow_unused=True)
+    y_ref = m.reference(x)
+    g_ref = torch.autograd.grad((y_ref * w).sum(), [x, *m.parameters()], allow_unused=True)
+    torch.testing.assert_close(y_fast, y_ref, rtol=1e-9, atol=1e-9)
+    for gf, gr in zip(g_fast, g_ref):
+        if gf is None or gr is None:
+            assert gf is None and gr is None
+            continue
+        torch.testing.assert_close(gf, gr, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", MIXERS)
+def test_option_errors(name):
+    with pytest.raises(tsmix.TsmixError, match="no option"):
+        tsmix.build_mixer(name, DIM, heads=HEADS, not_an_option=1)
+    spec = mixer_spec(name)
+    if not spec.supports_causal:
+        with pytest.raises(tsmix.TsmixError, match="causal"):
+            tsmix.build_mixer(name, DIM, heads=HEADS, causal=True)
+
+
+@pytest.mark.parametrize("name", MIXERS)
+def test_search_space_builds(name):
+    spec = mixer_spec(name)
+    if spec.space is None:
+        pytest.skip(f"{name} registers no search space")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(3):
+        trial = study.ask()
+        opts = spec.space(trial)
+        causal = not spec.supports_bidirectional
+        m = tsmix.build_mixer(name, DIM, heads=HEADS, causal=causal, **opts)
+        assert m(torch.randn(1, 5, DIM)).shape == (1, 5, DIM)
+        study.tell(trial, 0.0)
+
+
+def test_unknown_mixer_names_the_choices():
+    with pytest.raises(tsmix.TsmixError, match="available mixers: .*softmax"):
+        tsmix.build_mixer("nope", DIM)

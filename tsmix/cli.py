@@ -1,0 +1,66 @@
+"""The ``tsmix`` command. Thin: it parses flags and calls the package API.
+
+Each concern contributes its sub-commands through an ``add_commands(subparsers)``
+function in its own ``cli`` module (listed in ``COMMAND_MODULES``), so this file stays a
+dispatcher. User errors (:class:`tsmix.TsmixError`) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from tsmix.errors import TsmixError
+
+COMMAND_MODULES = (
+    "tsmix.datasets.cli",  # tsmix data
+    "tsmix.forecasting.cli",  # tsmix fit / evaluate / predict
+    "tsmix.forecasting.benchmark.cli",  # tsmix benchmark
+    "tsmix.tuning.cli",  # tsmix tune
+    "tsmix.models.cli",  # tsmix mixers / lm / synthetic
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tsmix", description="Time-series forecasting with interchangeable token mixers."
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):  # a real missing dependency
+                raise
+            continue
+        module.add_commands(sub)
+    return parser
+
+
+def _version() -> str:
+    from tsmix import __version__
+
+    return f"tsmix {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except TsmixError as exc:
+        print(f"tsmix {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tsmix {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

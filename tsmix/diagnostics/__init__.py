@@ -1,0 +1,1 @@
+"""Diagnostics that work on any module: curvature, energy traces, orthogonality checks."""

@@ -1,0 +1,1 @@
+"""Math shared by mixers; each op keeps a plain reference beside its fast path."""

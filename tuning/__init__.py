@@ -1,0 +1,1 @@
+"""tsmix.tuning: Optuna studies, MLflow tracking, model registry and the pyfunc flavor."""
