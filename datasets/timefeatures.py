@@ -1,0 +1,41 @@
+"""Calendar covariates (Informer's "timeF"): position in the hour/day/week/year scaled to [-0.5, 0.5]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+_MIN, _HOUR, _DAY = 60 * 10**9, 3600 * 10**9, 86_400 * 10**9
+
+
+# Each feature as a function of the index, so only the chosen ones are computed.
+_FEATURES = {
+    "minute_of_hour": lambda i: i.minute / 59.0 - 0.5,
+    "hour_of_day": lambda i: i.hour / 23.0 - 0.5,
+    "day_of_week": lambda i: i.day_of_week / 6.0 - 0.5,
+    "day_of_month": lambda i: (i.day - 1) / 30.0 - 0.5,
+    "day_of_year": lambda i: (i.day_of_year - 1) / 365.0 - 0.5,
+    "week_of_year": lambda i: (i.isocalendar().week.to_numpy() - 1) / 52.0 - 0.5,
+    "month_of_year": lambda i: (i.month - 1) / 11.0 - 0.5,
+}
+
+
+def feature_names(timestamps: np.ndarray) -> tuple[str, ...]:
+    """Which features resolve the sampling step: finer data gets the finer positions."""
+    step = int(np.median(np.diff(np.asarray(timestamps, dtype="datetime64[ns]").view(np.int64))))
+    if step < _HOUR:
+        return ("minute_of_hour", "hour_of_day", "day_of_week", "day_of_month", "day_of_year")
+    if step < _DAY:
+        return ("hour_of_day", "day_of_week", "day_of_month", "day_of_year")
+    if step < 7 * _DAY:
+        return ("day_of_week", "day_of_month", "day_of_year")
+    if step < 28 * _DAY:
+        return ("day_of_month", "week_of_year")
+    return ("month_of_year",)
+
+
+def time_features(timestamps: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(T, K) float32 calendar features and their names, for stamps at least 2 apart."""
+    names = feature_names(timestamps)
+    idx = pd.DatetimeIndex(timestamps)
+    return np.stack([np.asarray(_FEATURES[n](idx), dtype=np.float32) for n in names], axis=1), names
