@@ -47,6 +47,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from tsmix.models.lm.cli import add_commands as add_lm
+
+    add_lm(sub)  # tsmix lm
     p = sub.add_parser("mixers", help="list the registered token mixers")
     p.add_argument("--json", action="store_true", help="print one JSON list")
     p.add_argument("-v", "--verbose", action="store_true", help="also list each mixer's options")
