@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One thread: tiny test models gain nothing from more, and oversubscription slows them badly.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

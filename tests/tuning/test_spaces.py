@@ -1,0 +1,75 @@
+"""Search spaces: per-model spaces, mixer spaces discovered through the registry, the mixer as
+a categorical choice, replay of a finished trial's params, and clear errors."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from tsmix.forecasting import Forecaster
+from tsmix.forecasting.config import MODEL_NAMES
+from tsmix.tuning import spaces
+from tsmix.tuning.study import best_params
+
+from tsmix.errors import TsmixError
+from tsmix.registry import available_mixers, mixer_options, mixer_spec
+
+
+def ask(seed: int = 0) -> optuna.Trial:
+    return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
+
+
+def test_every_forecasting_model_has_a_space():
+    assert set(MODEL_NAMES) <= set(spaces.MODEL_SPACES)
+
+
+@pytest.mark.parametrize("mixer", available_mixers())
+def test_each_registered_mixer_space_builds_a_forecaster(mixer):
+    trial = ask()
+    params = spaces.suggest(trial, "patchtst", [mixer])
+    assert params["mixer"] == mixer
+    mixer_options(mixer, **params["mixer_options"])  # valid options of that mixer
+    if mixer_spec(mixer).space is not None:  # its parameters carry its name
+        own = [k for k in trial.params if k.startswith(f"{mixer}.")]
+        assert len(own) == len(params["mixer_options"])
+    f = Forecaster(lookback=48, horizon=12, **params)
+    assert f.config.mixer == mixer and f.config.mixer_options == params["mixer_options"]
+
+
+def test_mixer_is_a_categorical_choice_over_the_offered_mixers():
+    offered = available_mixers()
+    seen = set()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(12 * len(offered)):
+        trial = study.ask()
+        seen.add(spaces.suggest(trial, "itransformer", offered)["mixer"])
+        study.tell(trial, 0.0)
+    assert isinstance(study.trials[0].distributions["mixer"], optuna.distributions.CategoricalDistribution)
+    assert seen == set(offered)
+
+
+def test_dlinear_searches_no_mixer():
+    trial = ask()
+    params = spaces.suggest(trial, "dlinear", ["softmax"])
+    assert "mixer" not in params and "mixer" not in trial.params
+    assert set(params) == {"lr", "batch_size", "kernel_size", "individual"}
+    assert params["kernel_size"] % 2 == 1
+
+
+def test_finished_trial_params_replay_to_the_same_kwargs():
+    offered = available_mixers()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    trial = study.ask()
+    first = spaces.suggest(trial, "patchtst", offered)
+    study.tell(trial, 1.0)
+    assert best_params(study, "patchtst", offered, study.best_trial) == first
+    assert first["stride"] == first["patch_len"] // 2 and first["d_ff"] % first["d_model"] == 0
+
+
+def test_unknown_names_are_clear_errors():
+    with pytest.raises(TsmixError, match="unknown mixer 'nope'"):
+        spaces.check_mixers(["softmax", "nope"])
+    with pytest.raises(TsmixError, match="no search space for model 'lstm'"):
+        spaces.suggest(ask(), "lstm", ["softmax"])
+    with pytest.raises(TsmixError, match="no mixer given"):
+        spaces.check_mixers([" ", ""])
+    assert spaces.check_mixers(["softmax", "softmax "]) == ("softmax",)
