@@ -17,6 +17,7 @@ import time
 import tracemalloc
 
 import torch
+
 from tsmix.datasets import WindowSet, load, prepare
 
 

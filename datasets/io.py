@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import polars as pl
+
 from tsmix.datasets.errors import DataError
 
 DATE_NAMES = ("date", "time", "timestamp", "datetime", "ds")  # matched case-insensitively

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import torch
+
 from tsmix.datasets.scaling import Scaler
 from tsmix.datasets.series import Series, load
 from tsmix.datasets.specs import split_borders

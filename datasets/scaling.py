@@ -6,6 +6,7 @@ from typing import TypeVar
 
 import numpy as np
 import torch
+
 from tsmix.datasets.errors import DataError
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)

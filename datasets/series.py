@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import polars as pl
+
 from tsmix.datasets.errors import DataError
 from tsmix.datasets.io import find_date_column, numeric_matrix, read_file, to_polars
 from tsmix.datasets.lookup import resolve_path

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+
 from tsmix.datasets.errors import DataError
 
 FILLS = ("ffill", "interpolate", "zero")

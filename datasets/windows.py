@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
+
 from tsmix.datasets.errors import DataError
 from tsmix.datasets.validate import check_window_args
 

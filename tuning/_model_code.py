@@ -5,6 +5,7 @@ readable and free of pickles; the weights travel as the ``run_dir`` artifact.
 """
 
 import mlflow
+
 from tsmix.tuning.pyfunc import ForecasterModel
 
 mlflow.models.set_model(ForecasterModel())

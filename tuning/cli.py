@@ -100,6 +100,7 @@ def _tune(args: argparse.Namespace) -> int:
     import os
 
     import optuna
+
     from tsmix.tuning.study import run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -28,6 +28,8 @@ from typing import Any
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
+
+from tsmix.errors import TsmixError
 from tsmix.tuning import spaces
 from tsmix.tuning.storage import StudyStorage, open_storage
 from tsmix.tuning.tracking import (
@@ -41,8 +43,6 @@ from tsmix.tuning.tracking import (
     track_fit,
     using_tracking,
 )
-
-from tsmix.errors import TsmixError
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts towards ``trials``
 ACTIVE = (TrialState.RUNNING, TrialState.WAITING)  # may still count

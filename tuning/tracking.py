@@ -290,6 +290,7 @@ def _log_results(
     data_dir: Any, date_col: str | None,
 ) -> Any:
     import mlflow
+
     from tsmix.tuning.pyfunc import log_forecaster
 
     live.flush(forecaster.history)

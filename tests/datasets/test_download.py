@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+
 from tsmix.datasets import BENCHMARKS, DataError, cache_dir, load, resolve_path
 
 SPEC = BENCHMARKS["ETTh1"]

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
+
 from tsmix.datasets import DataError, infer_freq, load, prepare
 
 N = 120

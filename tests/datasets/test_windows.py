@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tsmix.datasets import DataError, Scaler, WindowSet, prepare, time_features
 
 

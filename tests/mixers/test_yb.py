@@ -14,7 +14,6 @@ import math
 import pytest
 import torch
 from torch import nn
-from tsmix.models.synthetic.transport import TransportConfig, accuracy, train
 
 import tsmix
 from tsmix.diagnostics.yang_baxter import (
@@ -25,6 +24,7 @@ from tsmix.diagnostics.yang_baxter import (
     orthogonality_defect,
 )
 from tsmix.mixers.yb import YBSpectral, YBSpectralOptions, budget
+from tsmix.models.synthetic.transport import TransportConfig, accuracy, train
 from tsmix.ops.brickwall import brickwall_matrix
 from tsmix.ops.spectral import apply_phase, circulant_phase, sine_basis
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tsmix.errors import TsmixError
 from tsmix.models.lm import (
     CharLM,
     CharVocab,
@@ -21,8 +23,6 @@ from tsmix.models.lm import (
     train_lm,
 )
 from tsmix.models.lm.cli import main, parse_options
-
-from tsmix.errors import TsmixError
 from tsmix.registry import available_mixers, mixer_spec
 
 CAUSAL_MIXERS = [n for n in available_mixers() if mixer_spec(n).supports_causal]

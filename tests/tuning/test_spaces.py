@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from tsmix.forecasting import Forecaster
-from tsmix.forecasting.config import MODEL_NAMES
-from tsmix.tuning import spaces
-from tsmix.tuning.study import best_params
 
 from tsmix.errors import TsmixError
+from tsmix.forecasting import Forecaster
+from tsmix.forecasting.config import MODEL_NAMES
 from tsmix.registry import available_mixers, mixer_options, mixer_spec
+from tsmix.tuning import spaces
+from tsmix.tuning.study import best_params
 
 
 def ask(seed: int = 0) -> optuna.Trial:

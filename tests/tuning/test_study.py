@@ -9,10 +9,10 @@ import time
 import optuna
 import pytest
 from optuna.trial import TrialState
-from tsmix.tuning.storage import HEARTBEAT_ATTR, open_storage, resolve_storage_url
-from tsmix.tuning.study import REFIT_ATTR, run_study
 
 from tsmix.errors import TsmixError
+from tsmix.tuning.storage import HEARTBEAT_ATTR, open_storage, resolve_storage_url
+from tsmix.tuning.study import REFIT_ATTR, run_study
 
 pytestmark = pytest.mark.services
 TINY = dict(model="dlinear", epochs=1, lookback=48, horizon=12, threads=1, verbose=False)

@@ -12,11 +12,11 @@ import uuid
 import numpy as np
 import pandas as pd
 import pytest
+
+from tsmix.errors import TsmixError
 from tsmix.forecasting import Forecaster
 from tsmix.tuning.pyfunc import input_example
 from tsmix.tuning.tracking import check_tracking, flatten, resolve_tracking_uri, track_fit
-
-from tsmix.errors import TsmixError
 
 pytestmark = pytest.mark.services
 LOOKBACK, HORIZON, EPOCHS = 48, 12, 2
@@ -63,6 +63,7 @@ def test_fit_is_logged_registered_and_aliased(tracked, mlflow_server, mini_csv):
 
 def test_models_uri_with_alias_loads_and_predicts(tracked, mlflow_server, mini_csv):
     import mlflow
+
     from tsmix.tuning.tracking import using_tracking
 
     f, run, name = tracked

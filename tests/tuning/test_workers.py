@@ -11,6 +11,7 @@ import time
 import optuna
 import pytest
 from optuna.trial import TrialState
+
 from tsmix.tuning.storage import advisory_key, open_storage
 from tsmix.tuning.study import run_study
 
