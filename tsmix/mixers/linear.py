@@ -1,0 +1,220 @@
+"""Linear attention and gated linear attention (GLA): chunked parallel form + streaming form.
+
+Both run through :func:`tsmix.ops.gla_chunk.gla_chunked` (matmuls inside chunks, a log-space
+scan across them) and agree with their recurrent ``step``/``recurrent`` form and with a plain
+quadratic ``reference``. Bidirectional mode adds the anti-causal half (the same scan on the
+reversed sequence, exclusive of the current token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tsmix.errors import TsmixError
+from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
+from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_chunked, gla_reference, gla_step, reverse_exclusive
+from tsmix.registry import register_mixer
+
+FEATURES = ("elu", "softplus")
+
+
+def feature_map(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
+    """Positive feature map of normalized linear attention: elu(z) + 1 or softplus(z)."""
+    return F.elu(z) + 1.0 if kind == "elu" else F.softplus(z)
+
+
+def log_feature_map(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
+    """``log(feature_map(z))`` computed without forming the (possibly underflowing) feature."""
+    if kind == "elu":  # elu(z) + 1 = e^z for z < 0, 1 + z otherwise
+        return torch.where(z < 0, z, torch.log1p(z.clamp_min(0.0)))
+    return torch.log(F.softplus(z))
+
+
+def _require_causal(mixer: nn.Module) -> None:
+    if not mixer.causal:
+        raise TsmixError(
+            f"{type(mixer).__name__}.step streams causal attention only; build it with causal=True"
+        )
+
+
+def _check_chunk(name: str, chunk: int) -> None:
+    if chunk < 2:
+        raise ValueError(f"{name}: chunk must be >= 2 (got {chunk})")
+
+
+@dataclass(frozen=True)
+class LinearOptions:
+    bias: bool = True  # bias in the q/k/v/out projections
+    feature: str = "elu"  # positive feature map: elu (elu + 1) | softplus
+    chunk: int = 64  # chunk length of the parallel form (speed only, not the math)
+    eps: float = 1e-6  # floor of the normalizer (guards a fully underflowed feature map)
+
+    def __post_init__(self) -> None:
+        if self.feature not in FEATURES:
+            raise ValueError(f"feature must be one of {', '.join(FEATURES)}, got {self.feature!r}")
+        _check_chunk("linear", self.chunk)
+
+
+def _linear_space(trial) -> dict:
+    return {"feature": trial.suggest_categorical("linear.feature", list(FEATURES))}
+
+
+@register_mixer("linear", options=LinearOptions, space=_linear_space)
+class LinearAttention(nn.Module):
+    """Normalized linear attention phi(q)·Σ phi(k) v / phi(q)·Σ phi(k) (Katharopoulos et al.)."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, options: LinearOptions) -> None:
+        super().__init__()
+        check_heads(dim, heads, "linear")
+        self.dim, self.heads, self.causal, self.options = dim, heads, causal, options
+        self.qkv = nn.Linear(dim, 3 * dim, bias=options.bias)
+        self.out = nn.Linear(dim, dim, bias=options.bias)
+
+    def _qkv1(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, N, Dh)
+        fq, fk = feature_map(q, self.options.feature), feature_map(k, self.options.feature)
+        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
+        return fq, fk, v1
+
+    def _finish(self, r: torch.Tensor) -> torch.Tensor:  # (B, H, N, Dh + 1) -> (B, N, D)
+        y = r[..., :-1] / r[..., -1:].clamp_min(self.options.eps)
+        return self.out(merge_heads(y))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        q, k, v1 = self._qkv1(x)
+        if self.causal:
+            zero = q.new_zeros(*q.shape[:-1], 1)  # no decay
+            r, _ = gla_chunked(q, k, v1, zero, chunk=self.options.chunk)
+        else:
+            r = q @ (k.transpose(-1, -2) @ v1)  # (B, H, N, Dh + 1)
+        return self._finish(r)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """Plain quadratic form: explicit (masked) phi(q) phi(k)^T, then row normalization."""
+        q, k, v1 = self._qkv1(x)
+        a = q @ k.transpose(-1, -2)  # (B, H, N, N)
+        if self.causal:
+            n = x.shape[1]
+            a = a.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=x.device).tril(), 0.0)
+        return self._finish(a @ v1)
+
+    def init_state(self, batch: int, device=None, dtype=None) -> torch.Tensor:
+        dh = self.dim // self.heads
+        return torch.zeros(batch, self.heads, dh, dh + 1, device=device, dtype=dtype)
+
+    def step(self, x_t: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Streaming: one token ``x_t (B, D)`` and the state -> ``(y_t (B, D), new state)``."""
+        _require_causal(self)
+        if state is None:
+            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        q, k, v1 = (t[:, :, 0] for t in self._qkv1(x_t[:, None]))  # (B, H, Dh[+1])
+        r, state = gla_step(q, k, v1, q.new_zeros(*q.shape[:-1], 1), state)
+        return self._finish(r[:, :, None])[:, 0], state
+
+    def recurrent(self, x: torch.Tensor) -> torch.Tensor:
+        """The streaming form over a whole sequence (B, N, D) -> (B, N, D)."""
+        state, ys = None, []
+        for t in range(x.shape[1]):
+            y, state = self.step(x[:, t], state)
+            ys.append(y)
+        return torch.stack(ys, dim=1)
+
+
+@dataclass(frozen=True)
+class GLAOptions:
+    bias: bool = True  # bias in the q/k/v/out-gate/out projections
+    # decay granularity: "key" = per key dim through a low-rank gate (the GLA paper) | "head" =
+    # one scalar per head and step (cheaper: exact chunked scan with long chunks, few states)
+    decay: str = "key"
+    chunk: int = 0  # chunk length of the parallel form; 0 = 8 for "key" (its maximum), 64 for "head"
+    gate_rank: int = 16  # rank of the per-key-dim gate, D -> rank -> D
+    gate_tau: float = 16.0  # a = sigmoid(.)^(1/tau): tau > 1 starts with slow decay (long memory)
+    norm_eps: float = 1e-5  # per-head RMSNorm of the read, before the output gate
+
+    def __post_init__(self) -> None:
+        if self.decay not in ("key", "head"):
+            raise ValueError(f"gla: decay must be 'key' or 'head' (got {self.decay!r})")
+        if self.chunk:
+            _check_chunk("gla", self.chunk)
+        if self.decay == "key" and self.chunk > MAX_FACTORIZED_CHUNK:
+            raise ValueError(f"gla: decay='key' needs chunk <= {MAX_FACTORIZED_CHUNK}, got {self.chunk}")
+        if self.gate_rank < 1:
+            raise ValueError(f"gla: gate_rank must be >= 1 (got {self.gate_rank})")
+        if self.gate_tau <= 0:
+            raise ValueError(f"gla: gate_tau must be > 0 (got {self.gate_tau})")
+
+
+def _gla_space(trial) -> dict:
+    return {
+        "gate_tau": trial.suggest_float("gla.gate_tau", 4.0, 32.0, log=True),
+        "decay": trial.suggest_categorical("gla.decay", ["key", "head"]),
+    }
+
+
+@register_mixer("gla", options=GLAOptions, space=_gla_space)
+class GatedLinearAttention(nn.Module):
+    """Gated linear attention (Yang et al. 2024): data-dependent decay, swish output gate."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, options: GLAOptions) -> None:
+        super().__init__()
+        check_heads(dim, heads, "gla")
+        self.dim, self.heads, self.causal, self.options = dim, heads, causal, options
+        self.qkv = nn.Linear(dim, 3 * dim, bias=options.bias)
+        if options.decay == "key":
+            rank = options.gate_rank
+            self.gate = nn.Sequential(nn.Linear(dim, rank, bias=False), nn.Linear(rank, dim))
+        else:
+            self.gate = nn.Linear(dim, heads)
+        self.chunk = options.chunk or (MAX_FACTORIZED_CHUNK if options.decay == "key" else 64)
+        self.out_gate = nn.Linear(dim, dim, bias=options.bias)
+        self.norm = nn.RMSNorm(dim // heads, eps=options.norm_eps)
+        self.out = nn.Linear(dim, dim, bias=options.bias)
+
+    def _inputs(self, x: torch.Tensor):
+        q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, N, Dh)
+        q = q * q.shape[-1] ** -0.5
+        log_a = F.logsigmoid(self.gate(x)) / self.options.gate_tau  # (B, N, D or H) <= 0
+        return q, k, v, split_heads(log_a, self.heads)
+
+    def _finish(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # o (B, H, N, Dh)
+        return self.out(merge_heads(self.norm(o)) * F.silu(self.out_gate(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        q, k, v, log_a = self._inputs(x)
+        o, _ = gla_chunked(q, k, v, log_a, chunk=self.chunk)
+        if not self.causal:
+            o = o + reverse_exclusive(gla_chunked, q, k, v, log_a, chunk=self.chunk, inclusive=False)
+        return self._finish(o, x)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """Plain quadratic form: the explicit decay-weighted (N, N) mixing matrix."""
+        q, k, v, log_a = self._inputs(x)
+        o = gla_reference(q, k, v, log_a)
+        if not self.causal:
+            o = o + gla_reference(q.flip(-2), k.flip(-2), v.flip(-2), log_a.flip(-2), False).flip(-2)
+        return self._finish(o, x)
+
+    def init_state(self, batch: int, device=None, dtype=None) -> torch.Tensor:
+        dh = self.dim // self.heads
+        return torch.zeros(batch, self.heads, dh, dh, device=device, dtype=dtype)
+
+    def step(self, x_t: torch.Tensor, state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Streaming: one token ``x_t (B, D)`` and the state -> ``(y_t (B, D), new state)``."""
+        _require_causal(self)
+        if state is None:
+            state = self.init_state(x_t.shape[0], x_t.device, x_t.dtype)
+        q, k, v, log_a = (t[:, :, 0] for t in self._inputs(x_t[:, None]))
+        o, state = gla_step(q, k, v, log_a, state)
+        return self._finish(o[:, :, None], x_t[:, None])[:, 0], state
+
+    def recurrent(self, x: torch.Tensor) -> torch.Tensor:
+        """The streaming form over a whole sequence (B, N, D) -> (B, N, D)."""
+        state, ys = None, []
+        for t in range(x.shape[1]):
+            y, state = self.step(x[:, t], state)
+            ys.append(y)
+        return torch.stack(ys, dim=1)

@@ -1,0 +1,106 @@
+"""Decayed cumulative sum ``y_t = a_t * y_{t-1} + x_t`` in log space, chunked and exact.
+
+The closed form ``e^{c_t} * cumsum(x / e^{c_t})`` with ``c = cumsum(log a)`` underflows: ``e^{c_t}``
+drops below float32's range after a few dozen strongly decaying steps and ``x / e^{c_t}``
+overflows. Here every exponential is of a segment sum ``sum(log a[s+1..t]) <= 0`` with ``s <= t``
+inside one chunk of ``chunk`` steps (accumulated per segment, so no cancellation between
+large cumsums), and chunks are joined by the same scan applied recursively to the chunk ends.
+Every factor lies in [0, 1]: nothing overflows, nothing the future does can move the past.
+
+Shapes: ``x (..., N, G, R)``, ``log_a (..., N, G)``; the decay of group ``g`` applies to its
+``R`` columns (R = 1 for an elementwise scan; R = d_v for the state of a gated linear
+attention whose decay is per key dimension).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Log-space cumsums in bfloat16/float16 would lose the decay to rounding: work in float32.
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def decay_scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int = 16) -> torch.Tensor:
+    """Inclusive decayed scan ``y_t = exp(log_a_t) * y_{t-1} + x_t`` (``y_{-1} = 0``).
+
+    ``x (..., N, G, R)``, ``log_a (..., N, G)`` with ``log_a <= 0``; returns ``(..., N, G, R)``.
+    Cost O(N * chunk * G + N * G * R); memory O(N * chunk * G).
+    """
+    if chunk < 2:
+        raise ValueError(f"decay_scan chunk must be >= 2, got {chunk}")
+    out_dtype = x.dtype
+    wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
+    y = _scan(x.to(wd), log_a.to(wd), chunk)
+    return y.to(out_dtype)
+
+
+def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor:
+    n = x.shape[-3]
+    length = min(chunk, n)
+    pad = (-n) % length
+    if pad:  # zero input and zero log-decay at the end: the prefix is untouched
+        x = F.pad(x, (0, 0, 0, 0, 0, pad))
+        log_a = F.pad(log_a, (0, 0, 0, pad))
+    *lead, n_pad, g, r = x.shape
+    k = n_pad // length
+    xc = x.reshape(*lead, k, length, g, r).movedim(-2, -3)  # (..., K, G, L, R)
+    la = log_a.reshape(*lead, k, length, g).movedim(-1, -2)  # (..., K, G, L)
+    cum = la.cumsum(-1)  # (..., K, G, L): log-decay from the chunk start to t
+    w = segment_sum(la).exp()  # (..., K, G, L, L): prod a_{s+1..t} for s <= t, else 0
+    y = w @ xc  # (..., K, G, L, R): chunk-local scan
+    if k > 1:
+        ends = _scan(y[..., -1, :], cum[..., -1], chunk)  # (..., K, G, R): state at each chunk end
+        prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+        y = y + cum.exp()[..., None] * prev[..., None, :]  # carry the state entering each chunk
+    return y.movedim(-3, -2).reshape(*lead, n_pad, g, r)[..., :n, :, :]
+
+
+def segment_sum(la: torch.Tensor) -> torch.Tensor:
+    """``la (..., L)`` -> ``(..., L, L)`` with entry ``[t, s] = sum(la[s+1 .. t])`` for ``s <= t``
+    and ``-inf`` above the diagonal.
+
+    Each entry is accumulated over its own segment (a masked cumsum), not taken as
+    ``c_t - c_s``: the difference of two long cumsums would lose ``eps * |c|`` to cancellation.
+    """
+    n = la.shape[-1]
+    rows = la[..., :, None].expand(*la.shape, n)  # [u, s] = la_u
+    strict = torch.ones(n, n, dtype=torch.bool, device=la.device).tril(-1)
+    seg = rows.masked_fill(~strict, 0.0).cumsum(-2)  # [t, s] = sum over s < u <= t
+    causal = torch.ones(n, n, dtype=torch.bool, device=la.device).tril()
+    return seg.masked_fill(~causal, float("-inf"))
+
+
+def decay_cumsum(x: torch.Tensor, log_a: torch.Tensor, chunk: int = 16) -> torch.Tensor:
+    """Elementwise form: ``x, log_a (..., N, C)`` -> ``y (..., N, C)``."""
+    return decay_scan(x[..., None], log_a, chunk)[..., 0]
+
+
+def shift_exclusive(y: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
+    """From the inclusive scan ``y (..., N, G, R)`` the exclusive one ``exp(log_a_t) * y_{t-1}``.
+
+    Taken by shifting, not as ``y_t - x_t``: the subtraction would cancel catastrophically
+    when ``x_t`` dominates the state.
+    """
+    prev = torch.cat([torch.zeros_like(y[..., :1, :, :]), y[..., :-1, :, :]], dim=-3)
+    return log_a.exp().to(y.dtype)[..., None] * prev
+
+
+def decay_scan_reference(x: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
+    """Plain step-by-step recurrence (the oracle): same shapes as :func:`decay_scan`."""
+    h = torch.zeros_like(x[..., 0, :, :])
+    ys = []
+    for t in range(x.shape[-3]):
+        h = log_a[..., t, :].exp()[..., None] * h + x[..., t, :, :]
+        ys.append(h)
+    return torch.stack(ys, dim=-3)
+
+
+def decay_scan_naive(x: torch.Tensor, log_a: torch.Tensor) -> torch.Tensor:
+    """The closed form ``e^{c_t} * cumsum(x / e^{c_t})`` (as in the FEM release): shown only to
+    document its underflow in the tests; never use it."""
+    c = log_a.cumsum(-2)[..., None]  # (..., N, G, 1)
+    d = c.exp()
+    return d * (x / (d + 1e-12)).cumsum(-3)

@@ -1,0 +1,167 @@
+"""Gated linear attention: chunked parallel form (matmuls), recurrent form, plain reference.
+
+    S_t = diag(a_t) S_{t-1} + k_t^T v_t        (state (d_k, d_v), a_t = exp(log_a_t) in (0, 1])
+    inclusive: o_t = q_t S_t                   = sum_{s<=t} (q_t * exp(c_t - c_s)) . k_s  v_s
+    exclusive: o_t = q_t (diag(a_t) S_{t-1})   = the same sum over s < t
+
+where ``c_t - c_s`` is the log-decay accumulated over steps ``s+1 .. t``. The decay is per key
+dimension (``log_a (..., N, d_k)``, GLA) or per head (``log_a (..., N, 1)``, a scalar gate as in
+RetNet/Mamba-2). Plain linear attention is ``log_a = 0``.
+
+Numerics. Every form floors the per-step log-decay at ``LOG_DECAY_MIN`` (a >= e^-5 = 0.0067:
+one step already forgets 99.3%, so the floor only matters for saturated gates). Inside a chunk,
+a per-head decay uses exact segment sums (``exp <= 1``); a per-key-dim decay uses the factorized
+``(q_t e^{c_t}) . (k_s e^{-c_s})`` with ``c`` counted from the chunk start, one matmul instead of
+an (L, L, d_k) tensor. The reference point is the chunk start, never a later position, so the
+future cannot move a rounding; the floor keeps ``|c| <= (chunk - 1) * 5 <= 35`` for
+``chunk <= MAX_FACTORIZED_CHUNK``. Chunk states decay by ``exp(rest of chunk) <= 1`` and the
+states entering each chunk come from the log-space :func:`decay_scan`. Nothing overflows, and
+future positions only ever meet a causal mask, never a sum or max that earlier outputs share.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tsmix.ops.decay_scan import _work_dtype, decay_scan, segment_sum
+
+LOG_DECAY_MIN = -5.0  # floor of the per-step log-decay, in every form (see the module doc)
+MAX_FACTORIZED_CHUNK = 8  # keeps e^{-c_s} <= e^35 for per-key-dim decays
+
+
+def floor_decay(log_a: torch.Tensor) -> torch.Tensor:
+    return log_a.clamp_min(LOG_DECAY_MIN)
+
+
+def _intra_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``A[t, s] = sum_d q_td k_sd w[d, t, s]``; ``w (..., G, L, L)`` with G in {1, d_k}."""
+    if w.shape[-3] == 1:
+        return (q @ k.transpose(-1, -2)) * w[..., 0, :, :]
+    return torch.einsum("...td,...sd,...dts->...ts", q, k, w)
+
+
+def _intra_chunk(qc, kc, qd, la, inclusive: bool):
+    """Within-chunk scores ``(..., K, L, L)``; ``la (..., K, G, L)`` the chunk's log-decays and
+    ``qd = q e^{c_t}`` (decay from the chunk start)."""
+    length = la.shape[-1]
+    if la.shape[-2] == 1:  # per-head decay: exact segment sums, an (L, L) tensor per chunk
+        w = segment_sum(la).exp()
+        if not inclusive:
+            w = w.masked_fill(torch.eye(length, dtype=torch.bool, device=w.device), 0.0)
+        return _intra_scores(qc, kc, w)
+    kd = kc * (-la.cumsum(-1)).transpose(-1, -2).exp()  # k_s e^{-c_s} <= |k| e^35
+    keep = torch.ones(length, length, dtype=torch.bool, device=qc.device).tril(0 if inclusive else -1)
+    return (qd @ kd.transpose(-1, -2)).masked_fill(~keep, 0.0)
+
+
+def gla_chunked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_a: torch.Tensor,
+    *,
+    chunk: int = 16,
+    inclusive: bool = True,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunked GLA. ``q, k (..., N, d_k)``, ``v (..., N, d_v)``, ``log_a (..., N, G)``, G in {1, d_k}.
+
+    Returns ``(o (..., N, d_v), final_state (..., d_k, d_v))``. Cost O(N·chunk·d_k + N·d_k·d_v).
+    """
+    out_dtype = v.dtype
+    wd = _work_dtype(v.dtype)
+    q, k, v, log_a = (t.to(wd) for t in (q, k, v, log_a))
+    n, dk, dv, g = q.shape[-2], q.shape[-1], v.shape[-1], log_a.shape[-1]
+    if g not in (1, dk):
+        raise ValueError(f"log_a must have last dim 1 or d_k={dk}, got {g}")
+    if g > 1 and chunk > MAX_FACTORIZED_CHUNK:
+        raise ValueError(f"per-key-dim decays need chunk <= {MAX_FACTORIZED_CHUNK}, got {chunk}")
+    log_a = floor_decay(log_a)
+    length = max(1, min(chunk, n))
+    pad = (-n) % length
+    if pad:  # zero q/k/v and zero log-decay at the end leave the prefix and the state untouched
+        q, k, v, log_a = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v, log_a))
+    *lead, n_pad, _ = q.shape
+    nk = n_pad // length
+    qc = q.reshape(*lead, nk, length, dk)  # (..., K, L, d_k)
+    kc = k.reshape(*lead, nk, length, dk)
+    vc = v.reshape(*lead, nk, length, dv)
+    la = log_a.reshape(*lead, nk, length, g).transpose(-1, -2)  # (..., K, G, L)
+    cum = la.cumsum(-1)  # (..., K, G, L): log-decay from the chunk start through t
+    qd = qc * cum.transpose(-1, -2).exp()  # (..., K, L, d_k): q_t e^{c_t}, exponent <= 0
+    o = _intra_chunk(qc, kc, qd, la, inclusive) @ vc  # (..., K, L, d_v)
+
+    rest = F.pad(la.flip(-1).cumsum(-1)[..., :-1], (1, 0)).flip(-1)  # (..., K, G, L): over s+1 .. end
+    tail = rest.transpose(-1, -2).exp()  # (..., K, L, G)
+    u = (kc * tail).transpose(-1, -2) @ vc  # (..., K, d_k, d_v): what each chunk adds
+    tot = cum[..., -1]  # (..., K, G): log-decay over the whole chunk
+    if initial_state is not None:  # a virtual chunk in front that adds the initial state
+        u = torch.cat([initial_state.to(wd)[..., None, :, :], u], dim=-3)
+        tot = torch.cat([torch.zeros_like(tot[..., :1, :]), tot], dim=-2)
+    ends = decay_scan(u.reshape(*u.shape[:-2], g, -1), tot).reshape(u.shape)  # states at chunk ends
+    if initial_state is not None:
+        prev, final = ends[..., :-1, :, :], ends[..., -1, :, :]
+    else:
+        prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+        final = ends[..., -1, :, :]
+    o = o + qd @ prev  # the state entering the chunk, decayed to t
+    o = o.reshape(*lead, n_pad, dv)[..., :n, :]
+    return o.to(out_dtype), final.to(out_dtype)
+
+
+def gla_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_a: torch.Tensor,
+    state: torch.Tensor,
+    inclusive: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One recurrent step: ``q, k (..., d_k)``, ``v (..., d_v)``, ``log_a (..., G)``,
+    ``state (..., d_k, d_v)`` -> ``(o (..., d_v), new state)``."""
+    decayed = floor_decay(log_a).exp()[..., None] * state
+    new = decayed + k[..., :, None] * v[..., None, :]
+    read = new if inclusive else decayed
+    return (q[..., None, :] @ read)[..., 0, :], new
+
+
+def gla_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_a: torch.Tensor,
+    *,
+    inclusive: bool = True,
+    initial_state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence step by step (streaming form); same contract as :func:`gla_chunked`."""
+    state = initial_state
+    if state is None:
+        state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])
+    outs = []
+    for t in range(q.shape[-2]):
+        o, state = gla_step(q[..., t, :], k[..., t, :], v[..., t, :], log_a[..., t, :], state, inclusive)
+        outs.append(o)
+    return torch.stack(outs, dim=-2), state
+
+
+def gla_weights_reference(q: torch.Tensor, k: torch.Tensor, log_a: torch.Tensor, inclusive: bool = True):
+    """Plain (N, N) mixing matrix ``A[t, s]`` of the recurrence (zero where it does not read)."""
+    w = segment_sum(floor_decay(log_a).transpose(-1, -2)).exp()  # (..., G, N, N)
+    if not inclusive:
+        w = w.masked_fill(torch.eye(q.shape[-2], dtype=torch.bool, device=w.device), 0.0)
+    return _intra_scores(q, k, w)
+
+
+def gla_reference(q, k, v, log_a, inclusive: bool = True) -> torch.Tensor:
+    """Plain quadratic form ``A @ v`` (the oracle for the chunked and recurrent forms)."""
+    return gla_weights_reference(q, k, log_a, inclusive) @ v
+
+
+def reverse_exclusive(fn, *tensors: torch.Tensor, **kw) -> torch.Tensor:
+    """Anti-causal half of a bidirectional scan: run ``fn`` (an exclusive causal scan) on the
+    time-reversed inputs (time at dim -2) and reverse its output back."""
+    out = fn(*(t.flip(-2) for t in tensors), **kw)
+    out = out[0] if isinstance(out, tuple) else out
+    return out.flip(-2)
