@@ -157,3 +157,21 @@ def test_search_space_builds(name):
 def test_unknown_mixer_names_the_choices():
     with pytest.raises(tsmix.TsmixError, match="available mixers: .*softmax"):
         tsmix.build_mixer("nope", DIM)
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_reference_matches_fast_path_with_perturbed_parameters(name, causal):
+    # Zero-initialised branches (e.g. a conditioning projection that starts as identity)
+    # are invisible at init; perturb every parameter so they are exercised too.
+    m = make(name, causal, torch.float64)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    x = torch.randn(2, 11, DIM, dtype=torch.float64, generator=gen, requires_grad=True)
+    y_fast, y_ref = m(x), m.reference(x)
+    torch.testing.assert_close(y_fast, y_ref, rtol=1e-9, atol=1e-9)
+    w = torch.randn(y_fast.shape, dtype=torch.float64, generator=gen)
+    (g_fast,) = torch.autograd.grad((y_fast * w).sum(), x)
+    (g_ref,) = torch.autograd.grad((y_ref * w).sum(), x)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-8, atol=1e-8)

@@ -1,0 +1,1 @@
+"""Synthetic suites on the shared mixer core (channel selection, transport, curved boundary)."""
