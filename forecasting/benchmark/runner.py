@@ -1,0 +1,292 @@
+"""Run a suite: every planned run not yet in the store is trained, scored and stored at once.
+
+Resume is by key (suite, dataset, horizon, lookback, model, mixer, seed): a finished run is
+never repeated, so an interrupted benchmark continues where it stopped and rows from other
+sessions or machines (other shard files) count as finished too. A stored row whose
+``config_hash`` differs from the current recipe is *stale*: it is reported and skipped, or
+re-run and replaced with ``rerun_stale=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tsmix.errors import TsmixError
+
+from .store import ResultStore
+from .suites import NO_MIXER, RunSpec, Suite, expand, itransformer_paper
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """Short commit of the checkout tsmix runs from, or "unknown" (installed wheel, no git)."""
+    import tsmix
+
+    root = Path(tsmix.__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def _device_of(forecaster: Any) -> str:
+    """The configured device, "auto" resolved the way the Forecaster resolves it."""
+    dev = getattr(getattr(forecaster, "config", None), "device", "auto")
+    if dev == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(dev)
+
+
+def build_forecaster(spec: RunSpec, threads: int | None = None):
+    """The Forecaster of one run: preset (if any) plus the run's overrides."""
+    from tsmix.forecasting import Forecaster
+
+    kw = spec.kwargs()
+    kw["progress"] = False  # one line per run from the runner instead of a bar per epoch
+    if threads is not None:
+        kw["threads"] = threads
+    if spec.preset is None:
+        return Forecaster(model=spec.model, **kw)
+    try:
+        return Forecaster.from_preset(spec.preset, model=spec.model, dataset=spec.dataset, **kw)
+    except TsmixError:
+        if spec.model != "itransformer" or spec.preset != "paper":
+            raise
+        # No iTransformer paper preset in tsmix.forecasting: the official scripts' settings.
+        return Forecaster(model=spec.model, **{**itransformer_paper(spec.dataset), **kw})
+
+
+def _data_for(spec: RunSpec, data_dir: str | Path | None) -> tuple[Any, dict[str, Any]]:
+    """What ``fit`` gets: the benchmark name, or a frame of its first ``rows`` rows (smoke)."""
+    if spec.rows is None:
+        return spec.dataset, {"data_dir": data_dir}
+    import pandas as pd
+
+    from tsmix.datasets import resolve_path
+
+    frame = pd.read_csv(resolve_path(spec.dataset, data_dir), nrows=spec.rows)
+    return frame, {"date_col": "date"}
+
+
+def _config_json(forecaster: Any) -> str:
+    cfg = getattr(forecaster, "config", None)
+    try:
+        d = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else forecaster.get_params()
+    except Exception:  # the row is still valid without the config blob
+        return ""
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
+            threads: int | None = None) -> dict[str, Any]:
+    """Train and score one run; return its result row (not yet stored)."""
+    forecaster = build_forecaster(spec, threads)
+    data, fit_kw = _data_for(spec, data_dir)
+    t0, c0 = time.perf_counter(), time.process_time()
+    forecaster.fit(data, **fit_kw)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    m = dict(forecaster.metrics_)
+    if m.get("protocol", "fair") == "fair" and m.get("mse") is not None:  # fit already scored the test set
+        fair = {"mse": m["mse"], "mae": m["mae"], "windows": m.get("test_windows")}
+    else:
+        fair = forecaster.evaluate("test", protocol="fair")
+    try:  # what the official scripts scored: the last partial test batch dropped
+        paper = forecaster.evaluate("test", protocol="paper")
+    except TsmixError:
+        paper = {"mse": None, "mae": None}
+    return {
+        "suite": spec.suite, "dataset": spec.dataset, "horizon": spec.horizon, "lookback": spec.lookback,
+        "model": spec.model, "mixer": spec.mixer, "seed": spec.seed, "protocol": spec.protocol,
+        "mse": float(fair["mse"]), "mae": float(fair["mae"]),
+        "mse_paper": None if paper["mse"] is None else float(paper["mse"]),
+        "mae_paper": None if paper["mae"] is None else float(paper["mae"]),
+        "val_mse": float(m["val_mse"]) if m.get("val_mse") is not None else None,
+        "epochs": int(m.get("epochs") or len(getattr(forecaster, "history", []) or [])),
+        "train_seconds": float(m.get("train_seconds") or wall), "cpu_seconds": cpu,
+        "params": int(m.get("params") or getattr(forecaster, "n_params", 0)),
+        "test_windows": int(fair.get("windows") or 0),
+        "device": str(m.get("device") or _device_of(forecaster)), "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "host": socket.gethostname(), "commit": git_commit(),
+        "config_hash": spec.config_hash, "config": _config_json(forecaster),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a suite invocation will do, before doing it."""
+
+    todo: list[RunSpec]  # runs to train now
+    done: list[RunSpec]  # already stored with the current recipe
+    stale: list[RunSpec]  # stored with another recipe (kept unless rerun_stale)
+
+
+def plan(runs: Sequence[RunSpec], store: ResultStore, rerun_stale: bool = False) -> Plan:
+    finished: dict[tuple, dict[str, Any]] = {}
+    for suite in {r.suite for r in runs}:
+        finished.update(store.finished(suite))
+    p = Plan([], [], [])
+    for r in runs:
+        row = finished.get(r.key)
+        if row is None:
+            p.todo.append(r)
+        elif row.get("config_hash") in (None, r.config_hash):
+            p.done.append(r)
+        else:
+            p.stale.append(r)
+            if rerun_stale:
+                p.todo.append(r)
+    return p
+
+
+def select_part(runs: Sequence[RunSpec], part: tuple[int, int] | None) -> list[RunSpec]:
+    """Part k of n (1-based) of the grid, round robin: n processes or machines share one grid
+    without running a cell twice (each stores into the same folder or its own shard)."""
+    if part is None:
+        return list(runs)
+    k, n = part
+    if not (1 <= k <= n):
+        raise TsmixError(f"--part {k}/{n}: need 1 <= k <= n, e.g. --part 1/2 and --part 2/2")
+    return [r for i, r in enumerate(runs) if i % n == k - 1]
+
+
+def estimate_seconds(todo: Sequence[RunSpec], rows: Sequence[dict[str, Any]],
+                     column: str = "train_seconds") -> tuple[float, int]:
+    """Seconds (``column``: train_seconds = wall, cpu_seconds = CPU) the ``todo`` runs will take,
+    from stored rows of the same (model, mixer, dataset), else (model, mixer), else model.
+    Returns (seconds, runs without any estimate)."""
+    by: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.get(column) is None:
+            continue
+        for k in ((r["model"], r["mixer"], r["dataset"]), (r["model"], r["mixer"]), (r["model"],)):
+            by.setdefault(k, []).append(float(r[column]))
+    total, unknown = 0.0, 0
+    for s in todo:
+        for k in ((s.model, s.mixer, s.dataset), (s.model, s.mixer), (s.model,)):
+            if k in by:
+                total += sum(by[k]) / len(by[k])
+                break
+        else:
+            unknown += 1
+    return total, unknown
+
+
+def run_suite(
+    suite: Suite,
+    results: str | Path,
+    *,
+    datasets: Sequence[str] | None = None,
+    horizons: Sequence[int] | None = None,
+    models: Sequence[str] | None = None,
+    mixers: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    data_dir: str | Path | None = None,
+    threads: int | None = None,
+    shard: str | None = None,
+    max_runs: int | None = None,
+    part: tuple[int, int] | None = None,
+    rerun_stale: bool = False,
+    fail_fast: bool = False,
+    tracking_uri: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the missing part of a suite grid. Returns counts and the rows written this call."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    store = ResultStore(results, shard=shard)
+    runs = select_part(expand(suite, datasets=datasets, horizons=horizons, models=models, mixers=mixers,
+                              seeds=seeds), part)
+    p = plan(runs, store, rerun_stale=rerun_stale)
+    log(f"benchmark {suite.name}: {len(runs)} runs planned, {len(p.done)} already stored, "
+        f"{len(p.stale)} stale{' (re-running)' if rerun_stale else ' (kept; --rerun-stale replaces)'}, "
+        f"{len(p.todo)} to run{f' (at most {max_runs} now)' if max_runs else ''}")
+    if p.todo:  # a missing data file fails every run alike: say so once, before training anything
+        from tsmix.datasets import resolve_path
+
+        for dataset in sorted({r.dataset for r in p.todo}):
+            resolve_path(dataset, data_dir)
+    written: list[dict[str, Any]] = []
+    failed: list[tuple[RunSpec, str]] = []
+    todo = p.todo[:max_runs] if max_runs else p.todo
+    t_start = time.perf_counter()
+    for i, spec in enumerate(todo, 1):
+        t0 = time.perf_counter()
+        try:
+            row = run_one(spec, data_dir=data_dir, threads=threads)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # one broken mixer must not stop the grid; it reruns next time
+            msg = f"{type(exc).__name__}: {exc}"
+            failed.append((spec, msg))
+            log(f"[{i}/{len(todo)}] FAILED {spec.label}: {msg}")
+            _log_error(Path(results) / suite.name / "errors.log", spec, traceback.format_exc())
+            if fail_fast:
+                raise
+            continue
+        store.put(row, replace=rerun_stale)
+        written.append(row)
+        if tracking_uri:
+            log_row_mlflow(row, tracking_uri)
+        elapsed = time.perf_counter() - t_start
+        eta = elapsed / i * (len(todo) - i)
+        log(f"[{i}/{len(todo)}] {spec.label}: mse {row['mse']:.4f} mae {row['mae']:.4f} "
+            f"val {row['val_mse']:.4f} epochs {row['epochs']} "
+            f"({time.perf_counter() - t0:.1f}s; eta {eta / 60:.1f} min)")
+    return {"planned": len(runs), "done_before": len(p.done), "stale": len(p.stale), "ran": len(written),
+            "failed": [(s.label, m) for s, m in failed], "rows": written,
+            "seconds": time.perf_counter() - t_start}
+
+
+def _log_error(path: Path, spec: RunSpec, tb: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with open(path, "a") as fh:
+        where = f"{socket.gethostname()}, python {platform.python_version()}"
+        fh.write(f"--- {stamp} {spec.label} ({where})\n{tb}\n")
+
+
+def log_row_mlflow(row: dict[str, Any], tracking_uri: str) -> None:
+    """One MLflow run per result row (experiment ``tsmix-benchmark-<suite>``)."""
+    try:
+        import mlflow
+    except ImportError as exc:  # pragma: no cover - mlflow is a declared dependency
+        raise TsmixError("--tracking-uri needs mlflow: pip install mlflow") from exc
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(f"tsmix-benchmark-{row['suite']}")
+    mixer = "" if row["mixer"] == NO_MIXER else f"-{row['mixer']}"
+    name = f"{row['dataset']}-H{row['horizon']}-{row['model']}{mixer}-s{row['seed']}"
+    with mlflow.start_run(run_name=name):
+        mlflow.log_params({k: row[k] for k in ("suite", "dataset", "horizon", "lookback", "model", "mixer",
+                                               "seed", "protocol", "device", "torch", "commit",
+                                               "config_hash")})
+        mlflow.log_metrics({k: float(row[k]) for k in ("mse", "mae", "mse_paper", "mae_paper", "val_mse",
+                                                       "train_seconds", "params", "epochs")
+                            if row.get(k) is not None})
+        if row.get("config"):
+            mlflow.log_dict(json.loads(row["config"]), "config.json")
+
+
+def default_shard() -> str | None:
+    """Shard name from $TSMIX_BENCHMARK_SHARD (e.g. a host name); None = one file per dataset."""
+    return os.environ.get("TSMIX_BENCHMARK_SHARD") or None
+
+
+__all__ = ["NO_MIXER", "Plan", "build_forecaster", "git_commit", "plan", "run_one", "run_suite",
+           "log_row_mlflow", "default_shard"]

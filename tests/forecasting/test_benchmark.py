@@ -1,0 +1,292 @@
+"""The benchmark harness: smoke suite end to end, resume, atomic rows, report, speed suite."""
+
+from __future__ import annotations
+
+import csv
+import math
+import multiprocessing
+import os
+import signal
+
+import pytest
+import torch
+
+from tsmix import available_mixers
+from tsmix.cli import main as cli_main
+from tsmix.errors import TsmixError
+from tsmix.forecasting.benchmark import (
+    COLUMNS,
+    SUITES,
+    ResultStore,
+    aggregate,
+    expand,
+    lookup,
+    published,
+    run_suite,
+    write_report,
+)
+from tsmix.forecasting.benchmark import runner as runner_mod
+from tsmix.forecasting.benchmark.report import dataset_table
+from tsmix.forecasting.benchmark.speed import (
+    SpeedConfig,
+    fit_exponent,
+    load_speed_json,
+    ratios,
+    run_speed,
+    write_speed,
+)
+from tsmix.forecasting.benchmark.store import read_csv, row_key
+from tsmix.forecasting.benchmark.suites import NO_MIXER
+
+REQUIRED = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "mse", "mae", "val_mse", "epochs",
+            "train_seconds", "params", "device", "torch", "commit", "protocol", "suite")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+# ---------------------------------------------------------------- grids
+
+def test_quick_grid_covers_every_registered_mixer_in_both_encoders():
+    runs = expand(SUITES["quick"])
+    m = len(available_mixers())
+    assert len(runs) == 2 * 4 * (1 + 2 * m) * 3
+    assert {r.key for r in runs} == {r.key for r in set(runs)} and len({r.key for r in runs}) == len(runs)
+    patch = [r for r in runs if r.model == "patchtst"]
+    var = [r for r in runs if r.model == "itransformer"]
+    assert {r.mixer for r in patch} == {r.mixer for r in var} == set(available_mixers())
+    assert {r.lookback for r in patch} == {336} and {r.lookback for r in var} == {96}
+    assert {r.mixer for r in runs if r.model == "dlinear"} == {NO_MIXER}
+    assert {r.seed for r in runs} == {2021, 2022, 2023}
+
+
+def test_grid_overrides_and_errors():
+    runs = expand(SUITES["paper"], datasets=["etth2"], horizons=[192], models=["dlinear"], seeds=[7])
+    got = [(r.dataset, r.horizon, r.model, r.seed, r.preset) for r in runs]
+    assert got == [("ETTh2", 192, "dlinear", 7, "paper")]
+    with pytest.raises(TsmixError, match="unknown mixer"):
+        expand(SUITES["quick"], mixers=["no-such-mixer"])
+    with pytest.raises(TsmixError, match="unknown dataset"):
+        expand(SUITES["quick"], datasets=["ETTh9"])
+    a, b = expand(SUITES["quick"], datasets=["ETTh1"], horizons=[96], models=["patchtst"], mixers=["softmax"],
+                  seeds=[1, 2])
+    assert a.config_hash == b.config_hash  # the seed is part of the key, not of the recipe
+    c = expand(SUITES["quick"], datasets=["ETTh1"], horizons=[192], models=["patchtst"], mixers=["softmax"],
+               seeds=[1])[0]
+    assert c.config_hash != a.config_hash
+    runs = expand(SUITES["quick"], datasets=["ETTh1"], horizons=[96, 192], mixers=["softmax"])
+    parts = [runner_mod.select_part(runs, (k, 3)) for k in (1, 2, 3)]
+    assert sorted(r.key for p in parts for r in p) == sorted(r.key for r in runs)  # a partition
+    assert all(len(p) == len(runs) // 3 for p in parts)
+    with pytest.raises(TsmixError, match="part"):
+        runner_mod.select_part(runs, (0, 2))
+
+
+# ---------------------------------------------------------------- store
+
+def _row(**kw):
+    base = dict(suite="t", dataset="ETTh1", horizon=96, lookback=336, model="patchtst", mixer="softmax",
+                seed=1, protocol="fair", mse=0.5, mae=0.4, val_mse=0.6, epochs=1, train_seconds=1.0,
+                params=10, device="cpu", torch="x", commit="abc", config_hash="h", finished_at="2026")
+    base.update(kw)
+    return base
+
+
+def test_store_put_is_keyed_and_atomic(tmp_path):
+    store = ResultStore(tmp_path)
+    assert store.put(_row())
+    assert not store.put(_row(mse=0.1))  # same key: not written twice
+    assert store.put(_row(seed=2))
+    rows = store.rows("t")
+    assert len(rows) == 2 and {r["mse"] for r in rows} == {0.5}
+    assert store.put(_row(mse=0.25, finished_at="2027"), replace=True)
+    assert sorted(r["mse"] for r in store.rows("t")) == [0.25, 0.5]
+    # a second shard (another machine) with a newer row for the same key: readers keep the newest
+    ResultStore(tmp_path, shard="other-host").put(_row(mse=0.125, finished_at="2028"))
+    assert sorted(r["mse"] for r in ResultStore(tmp_path).rows("t")) == [0.125, 0.5]
+    path = store.path("t", "ETTh1")
+    assert list(csv.reader(open(path)))[0][: len(COLUMNS)] == list(COLUMNS)
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(TsmixError, match="key column"):
+        store.put(_row(mixer=""))
+
+
+def _writer(root, writer: int, fd: int) -> None:
+    """Child process: store rows forever, confirming each stored one on the pipe."""
+    store = ResultStore(root)
+    pad = "x" * 20000  # large rows: every put rewrites a growing file, so a kill lands mid-write
+    for i in range(100000):
+        store.put(dict(suite="k", dataset="ETTh1", horizon=96, lookback=96, model="dlinear", mixer="-",
+                       seed=writer * 100000 + i, mse=0.5, mae=0.5, config=pad, finished_at=str(i)))
+        os.write(fd, b"x")
+
+
+def test_killed_writers_leave_a_valid_csv_without_lost_rows(tmp_path):
+    ctx = multiprocessing.get_context("fork")  # no re-import in the child: it starts writing at once
+    pipes = [os.pipe() for _ in (1, 2)]
+    procs = [ctx.Process(target=_writer, args=(tmp_path / "res", w, pipes[i][1]))
+             for i, w in enumerate((1, 2))]
+    for p in procs:
+        p.start()
+    confirmed = [0, 0]
+    while min(confirmed) < 12:  # both writers interleaving under the lock
+        for i, (r, _) in enumerate(pipes):
+            if confirmed[i] < 12:
+                confirmed[i] += len(os.read(r, 1))
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+    for i, (r, w) in enumerate(pipes):
+        os.close(w)
+        while chunk := os.read(r, 4096):
+            confirmed[i] += len(chunk)
+        os.close(r)
+    rows = read_csv(ResultStore(tmp_path / "res").path("k", "ETTh1"))
+    assert all(len(r["config"]) == 20000 for r in rows)  # no truncated row
+    keys = [row_key(r) for r in rows]
+    assert len(keys) == len(set(keys))
+    for w, c in zip((1, 2), confirmed):  # every confirmed row of both writers survived
+        mine = sorted(r["seed"] - w * 100000 for r in rows if r["seed"] // 100000 == w)
+        assert mine[:c] == list(range(c)) and len(mine) in (c, c + 1)
+
+
+def test_estimate_from_stored_rows():
+    runs = expand(SUITES["quick"], datasets=["ETTh1", "ETTh2"], horizons=[96], models=["dlinear", "patchtst"],
+                  mixers=["softmax"], seeds=[1])
+    rows = [_row(suite="quick", model="dlinear", mixer=NO_MIXER, train_seconds=10.0),
+            _row(suite="quick", model="patchtst", mixer="softmax", dataset="ETTh2", train_seconds=100.0),
+            _row(suite="quick", model="patchtst", mixer="softmax", dataset="ETTh1", train_seconds=40.0)]
+    secs, unknown = runner_mod.estimate_seconds(runs, rows)
+    assert (secs, unknown) == (10.0 + 10.0 + 40.0 + 100.0, 0)  # per-dataset value first
+    assert runner_mod.estimate_seconds(runs, []) == (0.0, 4)
+
+
+# ---------------------------------------------------------------- smoke suite end to end
+
+def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
+    results = tmp_path / "results"
+    calls = []
+    real = runner_mod.run_one
+
+    def interrupted(spec, **kw):  # the second run is "killed" (Ctrl-C) before it stores a row
+        calls.append(spec.label)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(spec, **kw)
+
+    monkeypatch.setattr(runner_mod, "run_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(SUITES["smoke"], results, mixers=["softmax"], data_dir=data_dir, threads=1, log=_quiet)
+    assert len(ResultStore(results).rows("smoke")) == 1
+    monkeypatch.setattr(runner_mod, "run_one", real)
+
+    out = run_suite(SUITES["smoke"], results, mixers=["softmax"], data_dir=data_dir, threads=1, log=_quiet)
+    assert out["done_before"] == 1 and out["ran"] == 2 and not out["failed"]
+    rows = ResultStore(results).rows("smoke")
+    assert len(rows) == 3
+    assert {(r["model"], r["mixer"]) for r in rows} == {("dlinear", NO_MIXER), ("patchtst", "softmax"),
+                                                        ("itransformer", "softmax")}
+    for r in rows:
+        assert all(r.get(c) not in (None, "") for c in REQUIRED), r
+        assert math.isfinite(r["mse"]) and 0 < r["mse"] < 5 and r["mse_paper"] is not None
+        assert r["protocol"] == "fair/first-1200-rows" and r["epochs"] == 1 and r["params"] > 0
+        assert r["test_windows"] > 100  # every test window of the slice
+
+    # Resume through the CLI: nothing left to run, no duplicate row, report rendered.
+    argv = ["benchmark", "--suite", "smoke", "--mixers", "softmax", "--results", str(results),
+            "--data-dir", str(data_dir), "--threads", "1"]
+    assert cli_main(argv) == 0
+    raw = list(csv.DictReader(open(results / "smoke" / "rows" / "ETTh1.csv")))
+    assert len(raw) == 3
+    md = (results / "smoke" / "README.md").read_text()
+    assert "patchtst · softmax (L=96)" in md and "**" in md and "fair/first-1200-rows" in md
+    assert "*published:" not in md  # no published numbers beside a slice
+    for name in ("mse_by_mixer", "mse_vs_params", "mse_vs_train_time"):
+        assert (results / "smoke" / "plots" / f"{name}.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- report
+
+def test_report_tables_from_rows(tmp_path):
+    store = ResultStore(tmp_path)
+    hs = (96, 192, 336, 720)
+    for seed, noise in zip((1, 2, 3), (-0.01, 0.0, 0.01)):
+        for i, h in enumerate(hs):
+            store.put(_row(suite="quick", horizon=h, seed=seed, mse=0.40 + 0.01 * i + noise, mae=0.42,
+                           mse_paper=0.39 + 0.01 * i, train_seconds=10.0, params=1000))
+            store.put(_row(suite="quick", horizon=h, seed=seed, mixer="other", mse=0.45 + noise, mae=0.41,
+                           train_seconds=20.0, params=3000))
+            store.put(_row(suite="quick", horizon=h, seed=seed, model="dlinear", mixer=NO_MIXER, mse=0.417,
+                           mae=0.44, train_seconds=2.0, params=500))
+    groups = aggregate(store.rows("quick"))
+    assert len(groups) == 12
+    g = next(g for g in groups if g["mixer"] == "softmax" and g["horizon"] == 96)
+    assert g["mse_mean"] == pytest.approx(0.40) and g["mse_std"] == pytest.approx(0.01)
+    assert g["published_reference"] == "PatchTST/42" and g["published_mse"] == pytest.approx(0.375)
+    table = dataset_table(groups, "ETTh1", "mse")
+    lines = {ln.split("|")[1].strip(): ln for ln in table.splitlines()[2:]}
+    soft = lines["patchtst · softmax (L=336)"]
+    assert "**0.400 ± 0.010**" in soft  # best at H=96, bold
+    assert "0.415 ± 0.010" in soft  # horizon average of each seed, then mean ± std over seeds
+    assert "**0.417 ± 0.000**" in lines["dlinear (L=336)"].split("|")[4]  # best at H=336
+    assert "**" not in lines["patchtst · other (L=336)"].split("|")[2]
+    pub = lines["*published: PatchTST/42, L=336*"]
+    assert "*0.375*" in pub and "*0.417*" in pub  # (.375+.414+.431+.449)/4
+    files = write_report(tmp_path, "quick")
+    md = files["markdown"].read_text()
+    assert "paper protocol" in md and "published: DLinear" in md
+    summary = list(csv.DictReader(open(files["summary"])))
+    assert len(summary) == 12 and {s["seeds"] for s in summary} == {"3"}
+    assert files["mse_vs_params"].stat().st_size > 1000
+
+
+def test_published_numbers_have_sources_and_caveats():
+    rows = published()
+    refs = {r["reference"] for r in rows}
+    assert refs >= {"PatchTST/42", "PatchTST/64", "DLinear", "iTransformer", "FEM-SM"}
+    assert all(r["source"] and r["caveat"] for r in rows)
+    assert lookup("PatchTST/42", "ETTh1", 96)["mse"] == pytest.approx(0.375)
+    assert lookup("DLinear", "ETTh2", 720)["mse"] == pytest.approx(0.605)
+    assert "drop_last" in lookup("DLinear", "ETTh1", 96)["caveat"]
+    assert lookup("FEM-SM", "ETTh1", "avg")["mse"] == pytest.approx(0.419)
+
+
+# ---------------------------------------------------------------- speed suite
+
+def test_fit_exponent_recovers_power_laws():
+    assert fit_exponent([(n, 3.0 * n**2) for n in (256, 512, 1024)]) == pytest.approx(2.0)
+    assert fit_exponent([(n, 0.5 * n) for n in (64, 128, 256, 512)]) == pytest.approx(1.0)
+    assert fit_exponent([(512, 1.0)]) is None
+
+
+def test_speed_suite_tiny(tmp_path):
+    torch.set_num_threads(1)
+    # every registered mixer through the timing path (memory profiling is slow for op-heavy mixers)
+    tiny = dict(lengths=(16, 32, 64), widths=(16,), reps=1, min_seconds=0.0)
+    res = run_speed(SpeedConfig(**tiny, time_budget_s=60.0, memory=False), log=_quiet)
+    cells = res["cells"]
+    assert len(cells) == 3 * len(available_mixers())
+    assert all(c.status == "ok" for c in cells if c.mixer == "softmax")
+    assert all(c.ms > 0 for c in cells if c.status == "ok")
+    assert all(c.status.startswith(("ok", "error:", "skipped:")) for c in cells)
+    rat = ratios(res)
+    assert all(rat[("softmax", 16, n)][0] == 1.0 for n in (16, 32, 64))
+    files = write_speed(res, tmp_path)
+    md = files["markdown"].read_text()
+    assert "| softmax |" in md and "exponent" in md
+    assert len(list(csv.DictReader(open(files["csv"])))) == len(cells)
+    again = load_speed_json(files["json"])  # what `tsmix benchmark-speed --render` re-renders from
+    assert again["exponents"] == res["exponents"] and [c.ms for c in again["cells"]] == [c.ms for c in cells]
+    # memory path, and an impossible time budget: measured once, every larger length skipped
+    res = run_speed(SpeedConfig(**tiny, time_budget_s=1e-9, mixers=("softmax",)), log=_quiet)
+    first, *rest = res["cells"]
+    assert first.status == "ok" and first.peak_mb > 0
+    assert rest and all(c.status.startswith("skipped: predicted") for c in rest)
