@@ -1,0 +1,45 @@
+"""Forecast-versus-truth plot (PNG) without touching matplotlib's global backend.
+
+The x axis is the step offset from the forecast origin (its timestamp in the label): date
+tick locators cost more than the whole drawing, and a run writes this plot on every save.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def plot_window(
+    path: str | Path,
+    history_ts: np.ndarray,
+    history: np.ndarray,
+    future_ts: np.ndarray,
+    truth: np.ndarray | None,
+    forecast: np.ndarray,
+    title: str,
+    ylabel: str = "",
+) -> Path:
+    """One channel: lookback history, the true continuation (if known) and the forecast."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.2), dpi=90)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.07, 0.16, 0.91, 0.74))
+    past = np.arange(-len(history), 0)
+    ahead = np.arange(len(forecast))
+    ax.plot(past, history, color="0.35", lw=1.0, label="history")
+    if truth is not None:
+        ax.plot(ahead, truth, color="tab:blue", lw=1.2, label="truth")
+    ax.plot(ahead, forecast, color="tab:orange", lw=1.4, label="forecast")
+    ax.axvline(-0.5, color="0.6", lw=0.8, ls="--")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(f"steps from the forecast origin {pd.Timestamp(future_ts[0])}", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
+    path = Path(path)
+    fig.savefig(path, format="png")
+    return path
