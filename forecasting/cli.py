@@ -119,9 +119,23 @@ def _fmt(m: dict) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from tsmix.tuning.cli import track_from_args, tracking_requested
+
     f = build_forecaster(args)
-    f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col)
-    out = f.save(args.out or _default_out(f, args.dataset))
+    out_dir = args.out or _default_out(f, args.dataset)
+    if tracking_requested(args):
+        # The tracking server is checked before training; the run directory is saved
+        # locally before anything is logged remotely.
+        run = track_from_args(f, args.dataset, args, out_dir=out_dir, data_dir=args.data_dir,
+                              date_col=args.date_col)
+        out = run.out_dir
+        where = f"MLflow run {run.run_id} at {run.tracking_uri}"
+        if run.registered_name:
+            where += f"; registered models:/{run.registered_name}@{run.alias} (version {run.version})"
+        print(where)
+    else:
+        f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col)
+        out = f.save(out_dir)
     m = f.metrics_
     print(f"test {_fmt(m)}  ({m['protocol']}, {m['test_windows']} windows)  val_mse {m['val_mse']:.4f}  "
           f"epochs {m['epochs']} (best {m['best_epoch']})  {m['train_seconds']:.1f}s  "
@@ -173,6 +187,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixer-option", action="append", metavar="K=V",
                    help="a mixer option (value parsed as JSON, else string); repeatable")
     add_config_flags(p)
+    from tsmix.tuning.cli import add_tracking_arguments
+
+    add_tracking_arguments(p)  # --track, --tracking-uri, --experiment, --register-as, --alias
     p.set_defaults(func=cmd_fit)
 
     e = sub.add_parser("evaluate", help="MSE/MAE of a saved run on its data")
