@@ -12,6 +12,13 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_after_each_test():
+    """Code under test may set torch's thread count (``threads=...``); put it back to 1."""
+    yield
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real benchmark data (CI sets TSMIX_DATA_DIR=../shared/data)."""

@@ -21,16 +21,6 @@ from tsmix.diagnostics import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: a second intra-op thread only adds sync cost, and on a busy shared CPU
-    # it made these tests ~30x slower. Restored afterwards.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _x(*shape, seed=0, scale=1.0):
     return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 

@@ -17,15 +17,6 @@ FAST = dict(epochs=2, batch_size=32, lr=2e-3, lr_schedule="constant", progress=F
 SMALL_PATCH = dict(d_model=16, heads=2, layers=1, d_ff=32, patch_len=8, stride=4, dropout=0.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core box OpenMP spin-waits cost seconds."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def frame(data_dir) -> pd.DataFrame:
     return pd.read_csv(data_dir / "ETT-small" / "ETTh1.csv", nrows=ROWS, parse_dates=["date"])

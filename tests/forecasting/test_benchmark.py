@@ -42,13 +42,6 @@ REQUIRED = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "mse", "
             "train_seconds", "params", "device", "torch", "commit", "protocol", "suite")
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 def _quiet(_msg: str) -> None:
     pass
 

@@ -6,19 +6,10 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 from tsmix.cli import build_parser, main
 from tsmix.forecasting import Forecaster
 from tsmix.forecasting.cli import build_forecaster
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from tsmix import available_mixers, mixer_spec
 from tsmix.errors import TsmixError
@@ -20,15 +19,6 @@ TINY = dict(
     lr_schedule="constant", dropout=0.0, progress=False, seed=7,
 )
 PAIRS = [("dlinear", "softmax")] + [(m, x) for m in ("patchtst", "itransformer") for x in available_mixers()]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core box OpenMP spin-waits cost seconds."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

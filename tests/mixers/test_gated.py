@@ -29,16 +29,6 @@ CONFIGS += [("gated-g1", {"granularity": g, "gate_init": i}) for g in GRANULARIT
 IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in o.items())}" for n, o in CONFIGS]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: a second intra-op thread only adds sync cost, and on a busy shared CPU
-    # it made these tests ~30x slower. Restored afterwards.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def make(name, causal=False, dtype=torch.float64, seed=0, **opts):
     torch.manual_seed(seed)
     return tsmix.build_mixer(name, DIM, heads=HEADS, causal=causal, **opts).to(dtype).eval()

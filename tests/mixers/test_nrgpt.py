@@ -21,15 +21,6 @@ DIM, HEADS = 16, 2
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: one thread is fastest, and two spin against each other on a shared CPU.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def make(causal: bool, seed: int = 0, **options) -> torch.nn.Module:
     torch.manual_seed(seed)
     return tsmix.build_mixer("nrgpt", DIM, heads=HEADS, causal=causal, **options).to(F64).eval()

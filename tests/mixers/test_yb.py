@@ -269,16 +269,7 @@ def test_phase_is_one_function_of_normalized_frequency():
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    # Tiny models: one thread is fastest and avoids oversubscribing a shared machine.
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
-@pytest.fixture(scope="module")
-def spectral_transport(one_thread):
+def spectral_transport():
     cfg = TransportConfig(mixer="yb-spectral", length=16, dim=8, steps=500, mixer_options={"n_basis": 6})
     model, res = train(cfg)
     return cfg, model, res
@@ -292,7 +283,7 @@ def test_transport_solved_with_far_fewer_parameters_than_softmax(spectral_transp
     assert spec["mixer_params"] * 5 < soft["mixer_params"]
 
 
-def test_brickwall_transport_small(one_thread):
+def test_brickwall_transport_small():
     cfg = TransportConfig(
         mixer="yb-brickwall", length=8, dim=4, steps=200, mixer_options={"depth": 4, "init_angle": 1.4}
     )

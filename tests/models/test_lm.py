@@ -30,15 +30,6 @@ CAUSAL_MIXERS = [n for n in available_mixers() if mixer_spec(n).supports_causal]
 RECURRENT = dict(layers=1, ffn="none", norm="none")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: one thread is fastest, and two spin against each other on a shared CPU.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def shakespeare_dir() -> Path:
     env = os.environ.get("TSMIX_DATA_DIR")

@@ -63,17 +63,6 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(autouse=True)
-def _restore_torch_threads():
-    """Tests fit with ``threads=1`` (2 threads on a busy 2-core box are many times slower for
-    these tiny models); put the suite's setting back afterwards."""
-    import torch
-
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="session")
 def svc() -> types.SimpleNamespace:
     """The helpers above for test modules (importlib mode: test files cannot import conftest)."""
