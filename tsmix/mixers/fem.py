@@ -34,6 +34,7 @@ from tsmix.ops import fem_priors as P
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
 from tsmix.ops.lse_read import bound_values, free_energy_reference
 from tsmix.ops.rope import rope
+from tsmix.ops.streaming import run_steps
 from tsmix.ops.time_decay import TimeDecayCondition
 from tsmix.registry import register_mixer
 
@@ -288,11 +289,7 @@ class FreeEnergyMixer(nn.Module):
 
     def recurrent(self, x: torch.Tensor) -> torch.Tensor:
         """The streaming form over a whole sequence (B, N, D) -> (B, N, D)."""
-        state, ys = None, []
-        for t in range(x.shape[1]):
-            y, state = self.step(x[:, t], state)
-            ys.append(y)
-        return torch.stack(ys, dim=1)
+        return run_steps(self.step, x)
 
     def diagnostics(self) -> dict[str, float]:
         d: dict[str, float] = {}

@@ -17,6 +17,7 @@ from torch import nn
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_chunked, gla_reference, gla_step, reverse_exclusive
+from tsmix.ops.streaming import run_steps
 from tsmix.registry import register_mixer
 
 FEATURES = ("elu", "softplus")
@@ -117,11 +118,7 @@ class LinearAttention(nn.Module):
 
     def recurrent(self, x: torch.Tensor) -> torch.Tensor:
         """The streaming form over a whole sequence (B, N, D) -> (B, N, D)."""
-        state, ys = None, []
-        for t in range(x.shape[1]):
-            y, state = self.step(x[:, t], state)
-            ys.append(y)
-        return torch.stack(ys, dim=1)
+        return run_steps(self.step, x)
 
 
 @dataclass(frozen=True)
@@ -213,8 +210,4 @@ class GatedLinearAttention(nn.Module):
 
     def recurrent(self, x: torch.Tensor) -> torch.Tensor:
         """The streaming form over a whole sequence (B, N, D) -> (B, N, D)."""
-        state, ys = None, []
-        for t in range(x.shape[1]):
-            y, state = self.step(x[:, t], state)
-            ys.append(y)
-        return torch.stack(ys, dim=1)
+        return run_steps(self.step, x)
