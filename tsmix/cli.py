@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -54,6 +55,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tsmix {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``tsmix mixers --json | head``): exit quietly, as Unix tools do.
+
+    stdout is pointed at /dev/null so the interpreter's final flush cannot raise again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout may be no real file (tests)
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a killed pipe writer
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +45,7 @@ class MixerSpec:
 
 _REGISTRY: dict[str, MixerSpec] = {}
 _DISCOVERED = False
+_FAILED: dict[str, str] = {}  # module name -> formatted import error, for failed_imports()
 
 
 def register_mixer(
@@ -94,16 +97,41 @@ def _discover() -> None:
     _DISCOVERED = True
     import tsmix.mixers as pkg
 
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    _FAILED.update(import_modules(pkg))
+
+
+def import_modules(package: Any) -> dict[str, str]:
+    """Import every public module of ``package``; returns ``{module: error}`` for those that failed.
+
+    One broken mixer file must not take every other mixer down with it: its import error is
+    kept (and warned about) and reported when somebody asks for a mixer that is missing.
+    """
+    failed: dict[str, str] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = f"{package.__name__}.{info.name}"
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any error in a mixer file is reported, not raised
+            failed[module] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            warnings.warn(f"mixer module {module} failed to import and is skipped: {failed[module]}",
+                          RuntimeWarning, stacklevel=2)
+    return failed
+
+
+def failed_imports() -> dict[str, str]:
+    """Mixer modules that failed to import (module -> error); empty when every file loaded."""
+    _discover()
+    return dict(_FAILED)
 
 
 def _spec(name: str) -> MixerSpec:
     _discover()
     if name not in _REGISTRY:
+        broken = "".join(f"; module {m} failed to import ({e})" for m, e in _FAILED.items())
         raise TsmixError(
-            f"unknown mixer {name!r}; available mixers: {', '.join(available_mixers())}"
+            f"unknown mixer {name!r}; available mixers: {', '.join(available_mixers())}{broken}"
         )
     return _REGISTRY[name]
 
