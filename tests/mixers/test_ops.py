@@ -10,10 +10,12 @@ import torch.nn.functional as F
 
 from tsmix.ops import fem_priors as P
 from tsmix.ops.decay_scan import (
+    SCAN_METHODS,
     decay_cumsum,
     decay_scan,
     decay_scan_naive,
     decay_scan_reference,
+    scan_method,
     segment_sum,
     shift_exclusive,
 )
@@ -41,20 +43,23 @@ def _log_decay(*shape, seed=0, scale=2.0, dtype=f64):
 # ----------------------------------------------------------------------------- decay scan
 
 
+@pytest.mark.parametrize("method", SCAN_METHODS)
 @pytest.mark.parametrize("n,chunk", [(1, 4), (5, 4), (16, 4), (17, 4), (300, 4), (97, 16)])
-def test_decay_scan_matches_recurrence_float64(n, chunk):
+def test_decay_scan_matches_recurrence_float64(n, chunk, method):
     x = torch.randn(2, n, 3, 5, generator=_gen(n), dtype=f64, requires_grad=True)
     la = _log_decay(2, n, 3, seed=n + 1).requires_grad_(True)
-    y, ref = decay_scan(x, la, chunk), decay_scan_reference(x, la)
+    y, ref = decay_scan(x, la, chunk, method), decay_scan_reference(x, la)
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     w = torch.randn_like(y)
-    g = torch.autograd.grad((y * w).sum(), [x, la])
+    # with N = 1 the loop form never touches log_a[0] (it multiplies a zero state): a zero grad
+    g = torch.autograd.grad((y * w).sum(), [x, la], allow_unused=True, materialize_grads=True)
     gr = torch.autograd.grad((ref * w).sum(), [x, la])
     for a, b in zip(g, gr):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
-def test_decay_scan_exact_on_10000_steps_float32():
+@pytest.mark.parametrize("method", SCAN_METHODS)
+def test_decay_scan_exact_on_10000_steps_float32(method):
     """fp32 chunked scan vs a float64 step-by-step recurrence over 10,000 steps: the error is
     fp32 rounding relative to the scan of |x| (the sum's own condition), no drift, no underflow."""
     n = 10_000
@@ -65,24 +70,37 @@ def test_decay_scan_exact_on_10000_steps_float32():
     la[..., 2] = -30.0  # forgets within a step: e^{c_t} of the closed form underflows at once
     ref, mag = decay_scan_reference(torch.cat([x, x.abs()], dim=-1), la).unbind(-1)  # one loop
     ref, mag = ref[..., None], mag[..., None]
-    y32 = decay_scan(x.float(), la.float()).double()
+    y32 = decay_scan(x.float(), la.float(), method=method).double()
     assert ((y32 - ref).abs() / mag).max() < 2e-6
-    y64 = decay_scan(x, la)
+    y64 = decay_scan(x, la, method=method)
     assert ((y64 - ref).abs() / mag).max() < 1e-12
     # the released closed form e^{c} cumsum(x / e^{c}) is wrong (or non-finite) here
     naive = decay_scan_naive(x.float(), la.float()).double()
     assert not (torch.isfinite(naive).all() and ((naive - ref).abs() / mag).max() < 1e-2)
 
 
-def test_decay_scan_future_cannot_move_past():
+@pytest.mark.parametrize("method", SCAN_METHODS)
+def test_decay_scan_future_cannot_move_past(method):
     n, t = 70, 23
     x = torch.randn(2, n, 4, 1, generator=_gen(3))
     la = _log_decay(2, n, 4, seed=4, dtype=torch.float32)
     x2, la2 = x.clone(), la.clone()
     x2[:, t + 1 :] = 1e30
     la2[:, t + 1 :] = -1e4
-    y, y2 = decay_scan(x, la, 8), decay_scan(x2, la2, 8)
+    y, y2 = decay_scan(x, la, 8, method), decay_scan(x2, la2, 8, method)
     assert torch.equal(y[:, : t + 1], y2[:, : t + 1])
+
+
+def test_decay_scan_methods_agree_and_reject_unknown():
+    x = torch.randn(3, 45, 4, 7, generator=_gen(11))
+    la = _log_decay(3, 45, 4, seed=12, dtype=torch.float32)
+    torch.testing.assert_close(decay_scan(x, la, method="loop"), decay_scan(x, la, method="matmul"),
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="method must be one of"):
+        decay_scan(x, la, method="fft")
+    with scan_method("matmul"):  # the default switches inside the block only
+        torch.testing.assert_close(decay_scan(x, la), decay_scan(x, la, method="matmul"), rtol=0, atol=0)
+    assert torch.equal(decay_scan(x, la), decay_scan(x, la, method="loop"))
 
 
 def test_segment_sum_and_exclusive_shift():
@@ -99,10 +117,11 @@ def test_segment_sum_and_exclusive_shift():
     torch.testing.assert_close(decay_cumsum(x[..., 0], la[None, :, None]), inc[..., 0])
 
 
-def test_decay_scan_bfloat16_finite_and_close():
+@pytest.mark.parametrize("method", SCAN_METHODS)
+def test_decay_scan_bfloat16_finite_and_close(method):
     x = torch.randn(2, 200, 3, 2, generator=_gen(7))
     la = _log_decay(2, 200, 3, seed=8, dtype=torch.float32)
-    y = decay_scan(x.bfloat16(), la.bfloat16())
+    y = decay_scan(x.bfloat16(), la.bfloat16(), method=method)
     assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
     ref = decay_scan_reference(x.bfloat16().double(), la.bfloat16().double())
     assert ((y.double() - ref).abs() / (ref.abs() + 1)).max() < 3e-2

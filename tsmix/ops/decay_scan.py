@@ -10,9 +10,21 @@ Every factor lies in [0, 1]: nothing overflows, nothing the future does can move
 Shapes: ``x (..., N, G, R)``, ``log_a (..., N, G)``; the decay of group ``g`` applies to its
 ``R`` columns (R = 1 for an elementwise scan; R = d_v for the state of a gated linear
 attention whose decay is per key dimension).
+
+Two exact forms of the within-chunk scan (chunks are joined the same way in both):
+
+* ``"loop"`` (default): the recurrence itself, ``chunk`` steps, each one elementwise op over
+  every chunk at once. O(N * G * R) work; every factor is one ``a_t`` in [0, 1].
+* ``"matmul"``: an (L, L) matrix of segment-sum decays per group and chunk, applied by one
+  matmul. O(N * chunk * G * (R + 1)) work: worth it only where matmuls are far cheaper than
+  elementwise passes and R is large. Measured on the 2-core CPU (fwd + bwd, float32, chunk 16;
+  ``benchmarks/bench_scan.py``) the loop form won at every shape tried.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -23,21 +35,77 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-def decay_scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int = 16) -> torch.Tensor:
+SCAN_METHODS = ("loop", "matmul")
+_default_method = "loop"
+
+
+@contextmanager
+def scan_method(method: str) -> Iterator[None]:
+    """Run the enclosed code with ``method`` as the default form of every :func:`decay_scan`
+    (benchmarks compare the two forms inside whole mixers with it)."""
+    global _default_method
+    _check_method(method)
+    old, _default_method = _default_method, method
+    try:
+        yield
+    finally:
+        _default_method = old
+
+
+def _check_method(method: str) -> None:
+    if method not in SCAN_METHODS:
+        raise ValueError(f"decay_scan method must be one of {SCAN_METHODS}, got {method!r}")
+
+
+def decay_scan(
+    x: torch.Tensor, log_a: torch.Tensor, chunk: int = 16, method: str | None = None
+) -> torch.Tensor:
     """Inclusive decayed scan ``y_t = exp(log_a_t) * y_{t-1} + x_t`` (``y_{-1} = 0``).
 
     ``x (..., N, G, R)``, ``log_a (..., N, G)`` with ``log_a <= 0``; returns ``(..., N, G, R)``.
-    Cost O(N * chunk * G + N * G * R); memory O(N * chunk * G).
+    ``method``: ``"loop"`` (O(N * G * R)) or ``"matmul"`` (O(N * chunk * G * R)); None = the
+    default (``"loop"``, or what :func:`scan_method` set).
     """
     if chunk < 2:
         raise ValueError(f"decay_scan chunk must be >= 2, got {chunk}")
+    method = _default_method if method is None else method
+    _check_method(method)
     out_dtype = x.dtype
     wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
-    y = _scan(x.to(wd), log_a.to(wd), chunk)
+    scan = _scan_loop if method == "loop" else _scan
+    y = scan(x.to(wd), log_a.to(wd), chunk)
     return y.to(out_dtype)
 
 
+def _scan_loop(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Within each chunk the plain recurrence, all chunks at once; chunk ends joined recursively."""
+    n = x.shape[-3]
+    length = min(chunk, n)
+    pad = (-n) % length
+    if pad:  # zero input and zero log-decay at the end: the prefix is untouched
+        x = F.pad(x, (0, 0, 0, 0, 0, pad))
+        log_a = F.pad(log_a, (0, 0, 0, pad))
+    *lead, n_pad, g, r = x.shape
+    k = n_pad // length
+    xc = x.reshape(*lead, k, length, g, r)  # (..., K, L, G, R)
+    la = log_a.reshape(*lead, k, length, g)  # (..., K, L, G)
+    a = la.exp()[..., None]  # (..., K, L, G, 1): one step's decay, in [0, 1]
+    h = xc[..., 0, :, :]  # (..., K, G, R): the state after each chunk's first step
+    states = [h]
+    for t in range(1, length):
+        h = a[..., t, :, :] * h + xc[..., t, :, :]
+        states.append(h)
+    y = torch.stack(states, dim=-3)  # (..., K, L, G, R): chunk-local scan
+    if k > 1:
+        cum = la.cumsum(-2)  # (..., K, L, G): log-decay from the chunk start to t, <= 0
+        ends = _scan_loop(y[..., -1, :, :], cum[..., -1, :], chunk)  # (..., K, G, R)
+        prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+        y = y + cum.exp()[..., None] * prev[..., None, :, :]  # carry the state entering each chunk
+    return y.reshape(*lead, n_pad, g, r)[..., :n, :, :]
+
+
 def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Within each chunk one matmul by the (L, L) segment-decay matrix; chunk ends recursively."""
     n = x.shape[-3]
     length = min(chunk, n)
     pad = (-n) % length
