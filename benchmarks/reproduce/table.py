@@ -82,7 +82,9 @@ def build(rows: list[dict]) -> str:
         "(DLinear: the independent fair-protocol run of the official recipe, target within 2%;",
         "PatchTST: published PatchTST/42 under `paper`, target within 3%); in brackets the gap in",
         "standard errors of our mean over seeds (std / sqrt(n)): a gap under ~2 SE is inside the seed",
-        "spread. One section per recipe (mixer, patience, maximum epochs).",
+        "spread. The target's own uncertainty is not in that figure (the DLinear fair run is a mean of",
+        "3 seeds: at our seed std its standard error is ~1.8x ours with 10 seeds). One section per",
+        "recipe (mixer, patience, maximum epochs).",
         "",
     ]
     recipes = sorted({k[:4] for k in groups}, key=lambda k: (k[0] != "dlinear", k[1], int(k[2]), -k[3]))
