@@ -59,6 +59,10 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false",
                PYTHONUNBUFFERED="1")
     env.pop("MLFLOW_TRACKING_URI", None)  # only what the test passes
+    # mlflow starts helpers (uvicorn for `models serve`) by name: find the ones beside this
+    # interpreter even when its venv is not activated (`/path/venv/bin/python -m pytest`)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")]) if env.get("PATH") else bindir
     env.update(extra)
     return env
 
