@@ -117,7 +117,10 @@ def test_killed_worker_trial_is_failed_and_the_study_completes(pg_url, pg_study,
     from mlflow import MlflowClient
 
     n = 2
-    victim = start(tune_cmd(mini_csv, pg_url, pg_study, mlflow_server, n, epochs=3), tmp_path, "victim", svc)
+    # the victim's trials are long (30 epochs, no early stop): on a loaded machine a short trial
+    # could finish between seeing it RUNNING and the SIGKILL landing, leaving nothing to recover
+    cmd = tune_cmd(mini_csv, pg_url, pg_study, mlflow_server, n, epochs=30) + ["--set", "patience=1000"]
+    victim = start(cmd, tmp_path, "victim", svc)
     deadline = time.monotonic() + 300
     running = []
     while not running:
@@ -138,9 +141,9 @@ def test_killed_worker_trial_is_failed_and_the_study_completes(pg_url, pg_study,
     assert study.trials[killed].state == TrialState.RUNNING  # killed mid-trial, left running
 
     # The next worker fails the dead trial once its heartbeat is stale and completes the count.
-    result = run_study(str(mini_csv), model="dlinear", trials=n, epochs=3, lookback=48, horizon=12,
+    result = run_study(str(mini_csv), model="dlinear", trials=n, epochs=30, lookback=48, horizon=12,
                        storage=pg_url, study=pg_study, tracking_uri=mlflow_server, pruner="none",
-                       heartbeat=1, grace=3, refit=False, verbose=False, threads=1)
+                       heartbeat=1, grace=3, refit=False, verbose=False, threads=1, patience=1000)
     study = optuna.load_study(study_name=pg_study, storage=pg_url)
     assert study.trials[killed].state == TrialState.FAIL
     assert sum(t.state in DONE for t in study.trials) == n == result.complete + result.pruned
