@@ -72,13 +72,13 @@ def decay_scan(
     _check_method(method)
     out_dtype = x.dtype
     wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
-    scan = _scan_loop if method == "loop" else _scan
-    y = scan(x.to(wd), log_a.to(wd), chunk)
+    local = _local_loop if method == "loop" else _local_matmul
+    y = _scan(x.to(wd), log_a.to(wd), chunk, local)
     return y.to(out_dtype)
 
 
-def _scan_loop(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Within each chunk the plain recurrence, all chunks at once; chunk ends joined recursively."""
+def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int, local) -> torch.Tensor:
+    """Cut into chunks, scan each chunk with ``local``, join the chunk ends recursively."""
     n = x.shape[-3]
     length = min(chunk, n)
     pad = (-n) % length
@@ -89,41 +89,30 @@ def _scan_loop(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor
     k = n_pad // length
     xc = x.reshape(*lead, k, length, g, r)  # (..., K, L, G, R)
     la = log_a.reshape(*lead, k, length, g)  # (..., K, L, G)
-    a = la.exp()[..., None]  # (..., K, L, G, 1): one step's decay, in [0, 1]
-    h = xc[..., 0, :, :]  # (..., K, G, R): the state after each chunk's first step
-    states = [h]
-    for t in range(1, length):
-        h = a[..., t, :, :] * h + xc[..., t, :, :]
-        states.append(h)
-    y = torch.stack(states, dim=-3)  # (..., K, L, G, R): chunk-local scan
+    y = local(xc, la)  # (..., K, L, G, R): chunk-local scan
     if k > 1:
         cum = la.cumsum(-2)  # (..., K, L, G): log-decay from the chunk start to t, <= 0
-        ends = _scan_loop(y[..., -1, :, :], cum[..., -1, :], chunk)  # (..., K, G, R)
+        ends = _scan(y[..., -1, :, :], cum[..., -1, :], chunk, local)  # (..., K, G, R): chunk-end states
         prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
         y = y + cum.exp()[..., None] * prev[..., None, :, :]  # carry the state entering each chunk
     return y.reshape(*lead, n_pad, g, r)[..., :n, :, :]
 
 
-def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Within each chunk one matmul by the (L, L) segment-decay matrix; chunk ends recursively."""
-    n = x.shape[-3]
-    length = min(chunk, n)
-    pad = (-n) % length
-    if pad:  # zero input and zero log-decay at the end: the prefix is untouched
-        x = F.pad(x, (0, 0, 0, 0, 0, pad))
-        log_a = F.pad(log_a, (0, 0, 0, pad))
-    *lead, n_pad, g, r = x.shape
-    k = n_pad // length
-    xc = x.reshape(*lead, k, length, g, r).movedim(-2, -3)  # (..., K, G, L, R)
-    la = log_a.reshape(*lead, k, length, g).movedim(-1, -2)  # (..., K, G, L)
-    cum = la.cumsum(-1)  # (..., K, G, L): log-decay from the chunk start to t
-    w = segment_sum(la).exp()  # (..., K, G, L, L): prod a_{s+1..t} for s <= t, else 0
-    y = w @ xc  # (..., K, G, L, R): chunk-local scan
-    if k > 1:
-        ends = _scan(y[..., -1, :], cum[..., -1], chunk)  # (..., K, G, R): state at each chunk end
-        prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
-        y = y + cum.exp()[..., None] * prev[..., None, :]  # carry the state entering each chunk
-    return y.movedim(-3, -2).reshape(*lead, n_pad, g, r)[..., :n, :, :]
+def _local_loop(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
+    """The plain recurrence inside every chunk at once: ``xc (..., K, L, G, R)``, ``la (..., K, L, G)``."""
+    a = la.exp()[..., None]  # (..., K, L, G, 1): one step's decay, in [0, 1]
+    h = xc[..., 0, :, :]  # (..., K, G, R): the state after each chunk's first step
+    states = [h]
+    for t in range(1, xc.shape[-3]):
+        h = a[..., t, :, :] * h + xc[..., t, :, :]
+        states.append(h)
+    return torch.stack(states, dim=-3)
+
+
+def _local_matmul(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
+    """One matmul per chunk and group by the (L, L) segment-decay matrix; same shapes as the loop."""
+    w = segment_sum(la.movedim(-1, -2)).exp()  # (..., K, G, L, L): prod a_{s+1..t} for s <= t, else 0
+    return (w @ xc.movedim(-2, -3)).movedim(-3, -2)  # (..., K, G, L, R) -> (..., K, L, G, R)
 
 
 def segment_sum(la: torch.Tensor) -> torch.Tensor:
