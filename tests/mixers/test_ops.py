@@ -58,6 +58,68 @@ def test_decay_scan_matches_recurrence_float64(n, chunk, method):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("n", [1, 2, 17, 300])
+def test_decay_scan_whole_sequence_loop_matches_recurrence(n, monkeypatch):
+    # big steps make the loop run the sequence as one chunk; force it on small tensors
+    from tsmix.ops import decay_scan as ds
+
+    x = torch.randn(2, n, 3, 5, generator=_gen(n + 50), dtype=f64, requires_grad=True)
+    la = _log_decay(2, n, 3, seed=n + 51).requires_grad_(True)
+    w = torch.randn(2, n, 3, 5, generator=_gen(n + 52), dtype=f64)
+    chunked = decay_scan(x, la, 4)
+    monkeypatch.setattr(ds, "WHOLE_SEQUENCE_STEP", 1)
+    y, ref = decay_scan(x, la, 4), decay_scan_reference(x, la)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y, chunked, rtol=1e-12, atol=1e-12)
+    g = torch.autograd.grad((y * w).sum(), [x, la])
+    gr = torch.autograd.grad((ref * w).sum(), [x, la])
+    for a, b in zip(g, gr):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    if n == 17:
+        assert torch.autograd.gradcheck(lambda x, la: decay_scan(x, la, 4), (x, la))
+
+
+@pytest.mark.parametrize("method", SCAN_METHODS)
+def test_decay_scan_custom_backward_gradcheck_and_double_backward(method):
+    # the backward is a scan of its own: check it against finite differences, and its own
+    # derivative (double backward), with chunk 4 so the chunk-end join is exercised
+    x = torch.randn(2, 11, 3, 2, generator=_gen(5), dtype=f64, requires_grad=True)
+    la = _log_decay(2, 11, 3, seed=6).requires_grad_(True)
+
+    def fn(x, la):
+        return decay_scan(x, la, 4, method)
+
+    assert torch.autograd.gradcheck(fn, (x, la))
+    assert torch.autograd.gradgradcheck(fn, (x, la))
+
+
+@pytest.mark.parametrize("method", SCAN_METHODS)
+def test_decay_scan_gradient_of_one_input_only(method):
+    x = torch.randn(2, 30, 3, 4, generator=_gen(7), dtype=f64)
+    la = _log_decay(2, 30, 3, seed=8)
+    for wants in ((True, False), (False, True)):
+        xi, lai = x.clone().requires_grad_(wants[0]), la.clone().requires_grad_(wants[1])
+        (g,) = torch.autograd.grad(decay_scan(xi, lai, 8, method).sum(), [xi if wants[0] else lai])
+        xr, lar = x.clone().requires_grad_(wants[0]), la.clone().requires_grad_(wants[1])
+        (gr,) = torch.autograd.grad(decay_scan_reference(xr, lar).sum(), [xr if wants[0] else lar])
+        torch.testing.assert_close(g, gr, rtol=1e-10, atol=1e-10)
+
+
+def test_decay_scan_gradients_long_strong_decay_float32():
+    # the reverse scan of the backward meets the same strong decays: finite and float64-close
+    n = 3000
+    x = torch.randn(1, n, 2, 3, generator=_gen(9), dtype=f64)
+    la = _log_decay(1, n, 2, seed=10, scale=30.0)
+    w = torch.randn(1, n, 2, 3, generator=_gen(11), dtype=f64)
+    grads = {}
+    for dt in (torch.float32, f64):
+        xi, lai = x.to(dt).requires_grad_(), la.to(dt).requires_grad_()
+        grads[dt] = torch.autograd.grad((decay_scan(xi, lai) * w.to(dt)).sum(), [xi, lai])
+    for g32, g64 in zip(grads[torch.float32], grads[f64]):
+        assert torch.isfinite(g32).all()
+        torch.testing.assert_close(g32.double(), g64, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("method", SCAN_METHODS)
 def test_decay_scan_exact_on_10000_steps_float32(method):
     """fp32 chunked scan vs a float64 step-by-step recurrence over 10,000 steps: the error is

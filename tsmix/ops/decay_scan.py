@@ -57,6 +57,14 @@ def _check_method(method: str) -> None:
         raise ValueError(f"decay_scan method must be one of {SCAN_METHODS}, got {method!r}")
 
 
+# The loop form is exact at any chunk length; chunks only trade Python steps (one per position
+# in a chunk) for the passes that join chunk ends (~3 more reads/writes of the whole tensor).
+# When one step already touches this many elements the per-step overhead is noise and the
+# loop runs the whole sequence as one chunk (fem-ssm at the PatchTST shape: 1.1M per step,
+# 1.3x faster fwd+bwd than chunks of 16 in benchmarks/bench_scan.py).
+WHOLE_SEQUENCE_STEP = 1 << 15
+
+
 def decay_scan(
     x: torch.Tensor, log_a: torch.Tensor, chunk: int = 16, method: str | None = None
 ) -> torch.Tensor:
@@ -64,17 +72,47 @@ def decay_scan(
 
     ``x (..., N, G, R)``, ``log_a (..., N, G)`` with ``log_a <= 0``; returns ``(..., N, G, R)``.
     ``method``: ``"loop"`` (O(N * G * R)) or ``"matmul"`` (O(N * chunk * G * R)); None = the
-    default (``"loop"``, or what :func:`scan_method` set).
+    default (``"loop"``, or what :func:`scan_method` set). The loop form ignores ``chunk`` when
+    one step holds at least :data:`WHOLE_SEQUENCE_STEP` elements (see there).
     """
     if chunk < 2:
         raise ValueError(f"decay_scan chunk must be >= 2, got {chunk}")
     method = _default_method if method is None else method
     _check_method(method)
+    n = x.shape[-3]
+    if method == "loop" and n and x.numel() // n >= WHOLE_SEQUENCE_STEP:
+        chunk = max(chunk, n)
     out_dtype = x.dtype
     wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
-    local = _local_loop if method == "loop" else _local_matmul
-    y = _scan(x.to(wd), log_a.to(wd), chunk, local)
+    y = _DecayScan.apply(x.to(wd), log_a.to(wd), chunk, method)
     return y.to(out_dtype)
+
+
+class _DecayScan(torch.autograd.Function):
+    """The scan with its own backward, which is the same scan run backwards in time.
+
+    ``y_t = a_t y_{t-1} + x_t`` gives ``dx_t = g_t`` with ``g_t = dy_t + a_{t+1} g_{t+1}`` (a reverse
+    scan of ``dy``) and ``dlog_a_t = sum_R g_t * a_t y_{t-1}`` (the exclusive shift of ``y``). Autograd
+    through the step loop would keep every step's state and run L small backward ops per chunk;
+    this keeps only ``y`` and lets the forward loop run in place (``benchmarks/bench_scan.py``
+    compares the two). The backward is built from differentiable ops, so double backward works.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, log_a: torch.Tensor, chunk: int, method: str) -> torch.Tensor:
+        y = _scan(x, log_a, chunk, _local_loop if method == "loop" else _local_matmul)
+        ctx.save_for_backward(log_a, y)
+        ctx.chunk, ctx.method = chunk, method
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        log_a, y = ctx.saved_tensors
+        # reverse time: g_t = dy_t + a_{t+1} g_{t+1}; a_N does not exist (zero log-decay, unused)
+        la_next = torch.cat([log_a[..., 1:, :], torch.zeros_like(log_a[..., :1, :])], dim=-2)
+        g = _DecayScan.apply(dy.flip(-3), la_next.flip(-2), ctx.chunk, ctx.method).flip(-3)
+        dla = (g * shift_exclusive(y, log_a)).sum(-1) if ctx.needs_input_grad[1] else None
+        return g, dla, None, None
 
 
 def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int, local) -> torch.Tensor:
@@ -94,19 +132,21 @@ def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int, local) -> torch.Tens
         cum = la.cumsum(-2)  # (..., K, L, G): log-decay from the chunk start to t, <= 0
         ends = _scan(y[..., -1, :, :], cum[..., -1, :], chunk, local)  # (..., K, G, R): chunk-end states
         prev = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
-        y = y + cum.exp()[..., None] * prev[..., None, :, :]  # carry the state entering each chunk
+        y = torch.addcmul(y, cum.exp()[..., None], prev[..., None, :, :])  # carry the entering state
     return y.reshape(*lead, n_pad, g, r)[..., :n, :, :]
 
 
 def _local_loop(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
-    """The plain recurrence inside every chunk at once: ``xc (..., K, L, G, R)``, ``la (..., K, L, G)``."""
+    """The plain recurrence inside every chunk at once: ``xc (..., K, L, G, R)``, ``la (..., K, L, G)``.
+
+    In place on one copy of ``xc`` (one read and one write per step, no stacking): only
+    :class:`_DecayScan` calls it, under no_grad, and its backward is a scan of its own.
+    """
     a = la.exp()[..., None]  # (..., K, L, G, 1): one step's decay, in [0, 1]
-    h = xc[..., 0, :, :]  # (..., K, G, R): the state after each chunk's first step
-    states = [h]
-    for t in range(1, xc.shape[-3]):
-        h = a[..., t, :, :] * h + xc[..., t, :, :]
-        states.append(h)
-    return torch.stack(states, dim=-3)
+    y = xc.clone()
+    for t in range(1, y.shape[-3]):
+        y[..., t, :, :].addcmul_(a[..., t, :, :], y[..., t - 1, :, :])
+    return y
 
 
 def _local_matmul(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
