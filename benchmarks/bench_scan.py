@@ -5,10 +5,11 @@
 Part 1 times ``decay_scan`` forward + backward for the ``loop`` and ``matmul`` forms at the shapes
 the mixers use. Part 2 times one forward + backward of fem-aft / fem-ssm / gla / fem-gla at the
 PatchTST ETTh shape (896 sequences of 42 patches, D = 16, 4 heads) with the scan switched between
-the two forms with ``tsmix.ops.decay_scan.scan_method``. Part 3 compares the scan's own backward
-(a reverse scan, what the library runs) with autograd through the chunked step loop (the form it
-replaced), on the scan alone and inside the mixers. Part 4 times the mixers with the loop run over
-whole sequences (what ``WHOLE_SEQUENCE_STEP`` picks at this shape) against chunks of 16.
+the two forms with ``tsmix.ops.decay_scan.scan_method``. Part 3 compares the loop taking its
+steps with ``unbind`` (the library) against one ``[..., t, :, :]`` select per step (the form it
+replaced, whose backward writes a zero tensor of the whole input per step), on the scan alone
+and in the mixers. Part 4 times the mixers with the loop run over whole sequences (what
+``WHOLE_SEQUENCE_STEP`` picks at this shape) against chunks of 16.
 Process CPU time, best of ``--reps``; both forms run in the same process, so the ratio is the
 number to read on a shared machine.
 """
@@ -32,27 +33,27 @@ def best(fn, reps: int) -> float:
     return min(times)
 
 
-def _autograd_loop(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
-    """The chunk-local loop as it was before the custom backward: autograd records every step."""
-    a = la.exp()[..., None].unbind(-3)
-    xs = xc.unbind(-3)
-    states = [xs[0]]
-    for t in range(1, len(xs)):
-        states.append(a[t] * states[-1] + xs[t])
+def _indexed_loop(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
+    """The chunk-local loop as it was before: one ``[..., t, :, :]`` select per step."""
+    a = la.exp()[..., None]
+    h = xc[..., 0, :, :]
+    states = [h]
+    for t in range(1, xc.shape[-3]):
+        h = a[..., t, :, :] * h + xc[..., t, :, :]
+        states.append(h)
     return torch.stack(states, dim=-3)
 
 
 @contextlib.contextmanager
-def autograd_backward():
-    """Route every decay_scan (loop form) through autograd instead of its reverse-scan backward."""
+def indexed_loop():
+    """Run every loop-form decay_scan with :func:`_indexed_loop` instead of the library's."""
     from tsmix.ops import decay_scan as ds
 
-    fn = ds._DecayScan.apply
-    ds._DecayScan.apply = lambda x, la, chunk, method: ds._scan(x, la, chunk, _autograd_loop)
+    fn, ds._local_loop = ds._local_loop, _indexed_loop
     try:
         yield
     finally:
-        ds._DecayScan.apply = fn
+        ds._local_loop = fn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,23 +89,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:10s} loop {t['loop'] * 1e3:8.1f} ms  matmul {t['matmul'] * 1e3:8.1f} ms  "
               f"matmul/loop {t['matmul'] / t['loop']:5.2f}x")
 
-    print("loop form fwd+bwd: reverse-scan backward (library) vs autograd through the step loop")
+    print("loop form fwd+bwd: steps by unbind (library) vs one select per step (before)")
     for shape in [(896, 42, 16, 5), (896, 42, 256, 5), (1, 8192, 64, 1)]:
         xs = torch.randn(*shape, requires_grad=True)
         la = (-torch.rand(*shape[:-1]) * 3).requires_grad_()
-        t = {"custom": best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)}  # noqa: B023
-        with autograd_backward():
-            t["autograd"] = best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)  # noqa: B023
-        print(f"  {str(shape):22s} custom {t['custom'] * 1e3:8.1f} ms  "
-              f"autograd {t['autograd'] * 1e3:8.1f} ms  autograd/custom {t['autograd'] / t['custom']:5.2f}x")
+        t = {"unbind": best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)}  # noqa: B023
+        with indexed_loop():
+            t["select"] = best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)  # noqa: B023
+        print(f"  {str(shape):22s} unbind {t['unbind'] * 1e3:8.1f} ms  "
+              f"select {t['select'] * 1e3:8.1f} ms  select/unbind {t['select'] / t['unbind']:5.2f}x")
     for name in args.mixers:
         torch.manual_seed(0)
         m = tsmix.build_mixer(name, 16, heads=4).train()
-        t = {"custom": best(lambda: m(x).sum().backward(), args.reps)}  # noqa: B023
-        with autograd_backward():
-            t["autograd"] = best(lambda: m(x).sum().backward(), args.reps)  # noqa: B023
-        print(f"  {name:10s} custom {t['custom'] * 1e3:8.1f} ms  autograd {t['autograd'] * 1e3:8.1f} ms  "
-              f"autograd/custom {t['autograd'] / t['custom']:5.2f}x")
+        t = {"unbind": best(lambda: m(x).sum().backward(), args.reps)}  # noqa: B023
+        with indexed_loop():
+            t["select"] = best(lambda: m(x).sum().backward(), args.reps)  # noqa: B023
+        print(f"  {name:10s} unbind {t['unbind'] * 1e3:8.1f} ms  select {t['select'] * 1e3:8.1f} ms  "
+              f"select/unbind {t['select'] / t['unbind']:5.2f}x")
 
     print("loop form inside the mixers: whole sequence vs chunks of 16 (WHOLE_SEQUENCE_STEP)")
     whole = ds.WHOLE_SEQUENCE_STEP

@@ -84,35 +84,9 @@ def decay_scan(
         chunk = max(chunk, n)
     out_dtype = x.dtype
     wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
-    y = _DecayScan.apply(x.to(wd), log_a.to(wd), chunk, method)
+    local = _local_loop if method == "loop" else _local_matmul
+    y = _scan(x.to(wd), log_a.to(wd), chunk, local)
     return y.to(out_dtype)
-
-
-class _DecayScan(torch.autograd.Function):
-    """The scan with its own backward, which is the same scan run backwards in time.
-
-    ``y_t = a_t y_{t-1} + x_t`` gives ``dx_t = g_t`` with ``g_t = dy_t + a_{t+1} g_{t+1}`` (a reverse
-    scan of ``dy``) and ``dlog_a_t = sum_R g_t * a_t y_{t-1}`` (the exclusive shift of ``y``). Autograd
-    through the step loop would keep every step's state and run L small backward ops per chunk;
-    this keeps only ``y`` and lets the forward loop run in place (``benchmarks/bench_scan.py``
-    compares the two). The backward is built from differentiable ops, so double backward works.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, log_a: torch.Tensor, chunk: int, method: str) -> torch.Tensor:
-        y = _scan(x, log_a, chunk, _local_loop if method == "loop" else _local_matmul)
-        ctx.save_for_backward(log_a, y)
-        ctx.chunk, ctx.method = chunk, method
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        log_a, y = ctx.saved_tensors
-        # reverse time: g_t = dy_t + a_{t+1} g_{t+1}; a_N does not exist (zero log-decay, unused)
-        la_next = torch.cat([log_a[..., 1:, :], torch.zeros_like(log_a[..., :1, :])], dim=-2)
-        g = _DecayScan.apply(dy.flip(-3), la_next.flip(-2), ctx.chunk, ctx.method).flip(-3)
-        dla = (g * shift_exclusive(y, log_a)).sum(-1) if ctx.needs_input_grad[1] else None
-        return g, dla, None, None
 
 
 def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int, local) -> torch.Tensor:
@@ -137,16 +111,15 @@ def _scan(x: torch.Tensor, log_a: torch.Tensor, chunk: int, local) -> torch.Tens
 
 
 def _local_loop(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
-    """The plain recurrence inside every chunk at once: ``xc (..., K, L, G, R)``, ``la (..., K, L, G)``.
-
-    In place on one copy of ``xc`` (one read and one write per step, no stacking): only
-    :class:`_DecayScan` calls it, under no_grad, and its backward is a scan of its own.
-    """
-    a = la.exp()[..., None]  # (..., K, L, G, 1): one step's decay, in [0, 1]
-    y = xc.clone()
-    for t in range(1, y.shape[-3]):
-        y[..., t, :, :].addcmul_(a[..., t, :, :], y[..., t - 1, :, :])
-    return y
+    """The plain recurrence inside every chunk at once: ``xc (..., K, L, G, R)``, ``la (..., K, L, G)``."""
+    # unbind, not xc[..., t, :, :]: each select's backward writes a zero tensor the size of the
+    # whole input (O(L^2) traffic; it was 1/3 of fem-ssm's step), unbind's is one stack
+    a = la.exp()[..., None].unbind(-3)  # L x (..., K, G, 1): one step's decay, in [0, 1]
+    xs = xc.unbind(-3)  # L x (..., K, G, R)
+    states = [xs[0]]  # the state after each chunk's first step
+    for t in range(1, len(xs)):
+        states.append(a[t] * states[-1] + xs[t])
+    return torch.stack(states, dim=-3)
 
 
 def _local_matmul(xc: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
