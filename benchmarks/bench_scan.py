@@ -56,69 +56,69 @@ def indexed_loop():
         ds._local_loop = fn
 
 
+@contextlib.contextmanager
+def whole_sequence_step(step: int):
+    """Run with ``decay_scan.WHOLE_SEQUENCE_STEP = step`` (1: always whole, huge: always chunked)."""
+    from tsmix.ops import decay_scan as ds
+
+    old, ds.WHOLE_SEQUENCE_STEP = ds.WHOLE_SEQUENCE_STEP, step
+    try:
+        yield
+    finally:
+        ds.WHOLE_SEQUENCE_STEP = old
+
+
+def compare(label: str, fn, base: tuple[str, object], other: tuple[str, object], reps: int) -> None:
+    """Time ``fn`` under two settings ``(name, context-manager factory)``; print both and the ratio."""
+    t = {}
+    for name, setting in (base, other):
+        with setting():
+            t[name] = best(fn, reps)
+    (a, ta), (b, tb) = t.items()
+    print(f"  {label:22s} {a} {ta * 1e3:8.1f} ms  {b} {tb * 1e3:8.1f} ms  {b}/{a} {tb / ta:5.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mixers", nargs="+", default=["fem-aft", "gla", "fem-gla", "fem-ssm"])
     args = ap.parse_args(argv)
+    if args.reps < 1:
+        ap.error(f"--reps must be >= 1, got {args.reps}")
     torch.set_num_threads(1)
     import tsmix
     from tsmix.ops import decay_scan as ds
 
+    loop = ("loop", lambda: ds.scan_method("loop"))
+    matmul = ("matmul", lambda: ds.scan_method("matmul"))
+    unbind, select = ("unbind", contextlib.nullcontext), ("select", indexed_loop)
+    whole = ("whole", lambda: whole_sequence_step(1))
+    chunked = ("chunked", lambda: whole_sequence_step(1 << 62))
+
+    def scans(shapes, base, other):
+        for shape in shapes:
+            xs = torch.randn(*shape, requires_grad=True)
+            la = (-torch.rand(*shape[:-1]) * 3).requires_grad_()
+            compare(str(shape), lambda: ds.decay_scan(xs, la).sum().backward(), base, other, args.reps)  # noqa: B023
+
+    x = torch.randn(896, 42, 16, requires_grad=True)
+
+    def mixers(base, other):
+        for name in args.mixers:
+            torch.manual_seed(0)
+            m = tsmix.build_mixer(name, 16, heads=4).train()
+            compare(name, lambda: m(x).sum().backward(), base, other, args.reps)  # noqa: B023
+
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread, CPU time, best of {args.reps}")
     print("decay_scan fwd+bwd, float32, chunk 16   (x shape = (..., N, G, R))")
-    for shape in [(896, 42, 16, 5), (896, 42, 256, 5), (1, 8192, 64, 1), (4, 2048, 64, 16)]:
-        x = torch.randn(*shape, requires_grad=True)
-        la = (-torch.rand(*shape[:-1]) * 3).requires_grad_()
-        t = {}
-        for method in ds.SCAN_METHODS:
-            t[method] = best(lambda: ds.decay_scan(x, la, method=method).sum().backward(),  # noqa: B023
-                             args.reps)
-        print(f"  {str(shape):22s} loop {t['loop'] * 1e3:8.1f} ms  matmul {t['matmul'] * 1e3:8.1f} ms  "
-              f"matmul/loop {t['matmul'] / t['loop']:5.2f}x")
-
+    scans([(896, 42, 16, 5), (896, 42, 256, 5), (1, 8192, 64, 1), (4, 2048, 64, 16)], loop, matmul)
     print("mixer fwd+bwd at the PatchTST ETTh shape (896, 42, 16), 4 heads")
-    x = torch.randn(896, 42, 16, requires_grad=True)
-    for name in args.mixers:
-        torch.manual_seed(0)
-        m = tsmix.build_mixer(name, 16, heads=4).train()
-        t = {}
-        for method in ds.SCAN_METHODS:
-            with ds.scan_method(method):
-                t[method] = best(lambda: m(x).sum().backward(), args.reps)  # noqa: B023
-        print(f"  {name:10s} loop {t['loop'] * 1e3:8.1f} ms  matmul {t['matmul'] * 1e3:8.1f} ms  "
-              f"matmul/loop {t['matmul'] / t['loop']:5.2f}x")
-
+    mixers(loop, matmul)
     print("loop form fwd+bwd: steps by unbind (library) vs one select per step (before)")
-    for shape in [(896, 42, 16, 5), (896, 42, 256, 5), (1, 8192, 64, 1)]:
-        xs = torch.randn(*shape, requires_grad=True)
-        la = (-torch.rand(*shape[:-1]) * 3).requires_grad_()
-        t = {"unbind": best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)}  # noqa: B023
-        with indexed_loop():
-            t["select"] = best(lambda: ds.decay_scan(xs, la).sum().backward(), args.reps)  # noqa: B023
-        print(f"  {str(shape):22s} unbind {t['unbind'] * 1e3:8.1f} ms  "
-              f"select {t['select'] * 1e3:8.1f} ms  select/unbind {t['select'] / t['unbind']:5.2f}x")
-    for name in args.mixers:
-        torch.manual_seed(0)
-        m = tsmix.build_mixer(name, 16, heads=4).train()
-        t = {"unbind": best(lambda: m(x).sum().backward(), args.reps)}  # noqa: B023
-        with indexed_loop():
-            t["select"] = best(lambda: m(x).sum().backward(), args.reps)  # noqa: B023
-        print(f"  {name:10s} unbind {t['unbind'] * 1e3:8.1f} ms  select {t['select'] * 1e3:8.1f} ms  "
-              f"select/unbind {t['select'] / t['unbind']:5.2f}x")
-
+    scans([(896, 42, 16, 5), (896, 42, 256, 5), (1, 8192, 64, 1)], unbind, select)
+    mixers(unbind, select)
     print("loop form inside the mixers: whole sequence vs chunks of 16 (WHOLE_SEQUENCE_STEP)")
-    whole = ds.WHOLE_SEQUENCE_STEP
-    for name in args.mixers:
-        torch.manual_seed(0)
-        m = tsmix.build_mixer(name, 16, heads=4).train()
-        t = {}
-        for label, step in (("whole", 1), ("chunked", 1 << 62)):
-            ds.WHOLE_SEQUENCE_STEP = step
-            t[label] = best(lambda: m(x).sum().backward(), args.reps)  # noqa: B023
-        ds.WHOLE_SEQUENCE_STEP = whole
-        print(f"  {name:10s} whole {t['whole'] * 1e3:8.1f} ms  chunks of 16 {t['chunked'] * 1e3:8.1f} ms  "
-              f"chunked/whole {t['chunked'] / t['whole']:5.2f}x")
+    mixers(whole, chunked)
     return 0
 
 

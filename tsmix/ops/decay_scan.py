@@ -61,7 +61,7 @@ def _check_method(method: str) -> None:
 # in a chunk) for the passes that join chunk ends (~3 more reads/writes of the whole tensor).
 # When one step already touches this many elements the per-step overhead is noise and the
 # loop runs the whole sequence as one chunk (at the PatchTST shape fem-ssm has 1.1M elements
-# per step: fwd+bwd 1.7x faster than chunks of 16, fem-aft 1.3x; benchmarks/bench_scan.txt).
+# per step: fwd+bwd 1.6x faster than chunks of 16, fem-aft 1.25x; benchmarks/bench_scan.txt).
 WHOLE_SEQUENCE_STEP = 1 << 15
 
 
