@@ -7,8 +7,6 @@ residual stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -68,15 +66,6 @@ class FFN(nn.Module):
         return self.down(self.drop(h))
 
 
-@dataclass(frozen=True)
-class BlockConfig:
-    ffn: str = "gelu"  # gelu | relu | swiglu | none (a mixer that carries its own MLP)
-    ffn_hidden: int | None = None  # None = 4 * dim
-    norm: str = "layer"  # layer | rms | batch | none
-    prenorm: bool = True  # pre-norm trains stably deep; PatchTST uses post-norm + batch
-    dropout: float = 0.0  # on the residual branches
-
-
 class Block(nn.Module):
     """Residual block around any mixer: pre-norm ``x + drop(mixer(norm1 x))``, then FFN.
 
@@ -104,18 +93,6 @@ class Block(nn.Module):
         else:
             self.ffn = FFN(dim, ffn_hidden or 4 * dim, ffn, dropout)
             self.norm2 = make_norm(norm, dim)
-
-    @classmethod
-    def from_config(cls, dim: int, mixer: nn.Module, config: BlockConfig) -> Block:
-        return cls(
-            dim,
-            mixer,
-            config.ffn,
-            config.norm,
-            ffn_hidden=config.ffn_hidden,
-            prenorm=config.prenorm,
-            dropout=config.dropout,
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         if self.prenorm:

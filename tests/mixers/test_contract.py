@@ -175,3 +175,87 @@ def test_reference_matches_fast_path_with_perturbed_parameters(name, causal):
     (g_fast,) = torch.autograd.grad((y_fast * w).sum(), x)
     (g_ref,) = torch.autograd.grad((y_ref * w).sum(), x)
     torch.testing.assert_close(g_fast, g_ref, rtol=1e-8, atol=1e-8)
+
+
+# float32 at |x| ~ 1e3 against the float64 map of the same weights. The bound is backward
+# stability: a float32 algorithm may miss the exact (float64) output by as much as the exact map
+# moves when every input and weight is perturbed by a few float32 ulps (REL_PERTURB, relative),
+# plus a floor of 1e-6 of the output scale for its own final roundings. Softmax-like mixers at
+# these inputs have logits ~1e5, so ulp-sized changes legitimately move near-tied weights (their
+# error is ~1e-3 of the scale, and so is their sensitivity); a well-conditioned map held to
+# 1e-6 keeps a formula that cancels in float32 out. Measured worst ratio error / bound: 0.21
+# (softmax, gated); the elu(z) + 1 form of the linear feature map gave up to 1e5.
+REL_PERTURB = 8 * 2.0**-24
+
+
+def _perturbed_output(m64: torch.nn.Module, x64: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The float64 map with every weight and input scaled by 1 + REL_PERTURB * N(0, 1)."""
+    m2 = copy.deepcopy(m64)
+    with torch.no_grad():
+        for p in m2.parameters():
+            p.mul_(1 + REL_PERTURB * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        return m2(x64 * (1 + REL_PERTURB * torch.randn(x64.shape, generator=gen, dtype=x64.dtype)))
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_float32_agrees_with_float64_at_large_inputs(name, causal):
+    m32 = make(name, causal, torch.float32, seed=1)
+    m64 = copy.deepcopy(m32).double()
+    gen = torch.Generator().manual_seed(1)
+    x = 1e3 * torch.randn(4, 32, DIM, generator=gen)
+    x = torch.cat([x, -x])  # both signs of every token: a query of one sign throughout is likely
+    with torch.no_grad():
+        err = (m32(x).double() - m64(x.double())).abs().amax()
+        y64 = m64(x.double())
+        sens = max((_perturbed_output(m64, x.double(), gen) - y64).abs().amax() for _ in range(2))
+    scale = y64.abs().amax()
+    bound = sens + 1e-6 * scale
+    assert err <= bound, f"float32 misses float64 by {err:.3g}, bound {bound:.3g} (output scale {scale:.3g})"
+
+
+# ----------------------------------------------------------------------------- capabilities
+
+
+@pytest.mark.parametrize("name", [n for n in MIXERS if mixer_spec(n).supports_bidirectional])
+def test_position_aware_is_exactly_not_permutation_equivariant(name):
+    """A mixer not declared position-aware must commute with any reordering of the tokens
+    (models then add positions); a declared one must not (it encodes order itself). Every
+    parameter is perturbed: a zero-initialised branch (FEM's C) hides the order at init."""
+    m = make(name, False, torch.float64)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(3)
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    x = torch.randn(2, 12, DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(1))
+    gap = (m(x[:, perm]) - m(x)[:, perm]).abs().amax()
+    if tsmix.mixer_capabilities(name).position_aware:
+        assert gap > 1e-6, f"{name} is declared position-aware but is permutation-equivariant"
+    else:
+        assert gap < 1e-10, f"{name} depends on token order ({gap:.2g}); declare position_aware=True"
+
+
+@pytest.mark.parametrize("name", [n for n in MIXERS if tsmix.mixer_capabilities(n).streaming])
+def test_streaming_form_matches_the_parallel_form(name):
+    m = make(name, True, torch.float64)
+    x = torch.randn(2, 9, DIM, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(m.recurrent(x), m(x), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", MIXERS)
+def test_capabilities_are_consistent(name):
+    spec, caps = mixer_spec(name), tsmix.mixer_capabilities(name)
+    assert (spec.supports_causal, spec.supports_bidirectional) == (caps.causal, caps.bidirectional)
+    assert caps.causal or caps.bidirectional
+    assert set(caps.labels()) <= {"causal", "bidirectional", "position-aware", "streaming"}
+    if not caps.streaming:  # no mixer claims a streaming form it does not declare
+        m = make(name, caps.causal)
+        assert not (caps.causal and hasattr(m, "step") and _streams(m)), f"{name} streams; declare it"
+
+
+def _streams(m) -> bool:
+    try:
+        m.step(torch.randn(1, DIM))
+    except tsmix.TsmixError:
+        return False
+    return True

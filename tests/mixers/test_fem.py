@@ -38,8 +38,7 @@ def _reads(m, x):
     """(mu, F) per channel from the fast path's single prior read of [v, exp(beta v)]."""
     s = m.cond(x) if m.cond is not None else None
     pin, v, _, _, beta = m._project(x, s)
-    mu, z = m._unpack(m._prior_read(pin, m._pack(v, beta)), True)
-    return mu, torch.log(z) / beta
+    return m._unpack(m._prior_read(pin, m._pack(v, beta)), beta)
 
 
 def _force_lambda_zero(m) -> None:
@@ -75,7 +74,7 @@ def test_lambda_zero_gate_one_is_the_prior_read(name, causal):
     _force_lambda_zero(m)
     x = _x(19, 2)
     pin, v, _, _, _ = m._project(x, None)
-    plain, _ = m._unpack(m._prior_read(pin, m._pack(v, None)), False)  # the prior read of v alone
+    plain, _ = m._unpack(m._prior_read(pin, m._pack(v, None)), None)  # the prior read of v alone
     torch.testing.assert_close(m(x), m.out(plain.reshape(*x.shape[:2], -1)), rtol=1e-12, atol=1e-12)
 
 
@@ -127,8 +126,8 @@ def test_free_energy_tends_to_support_max_as_beta_grows(name, causal):
     prev = None
     for beta in (1.0, 10.0, 100.0, 500.0):
         bt = m._layout(torch.full((e,), beta, dtype=f64))
-        _, z = m._unpack(m._prior_read(pin, m._pack(v_lay, bt)), True)
-        f = torch.log(z.reshape(b, n, e)) / beta
+        _, f = m._unpack(m._prior_read(pin, m._pack(v_lay, bt)), bt)  # F = log(Z) / beta
+        f = f.reshape(b, n, e)
         gap = smax - f
         assert (gap >= -1e-10).all() and (gap <= -worst / beta + 1e-10).all()
         if prev is not None:

@@ -353,3 +353,29 @@ def test_rope_is_a_rotation_with_relative_scores():
 
     assert score(5, 2) == pytest.approx(score(8, 5), abs=1e-12)
     assert score(5, 2) != pytest.approx(score(5, 3), abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- attention reference
+
+
+def test_causal_mask():
+    from tsmix.ops.attention import causal_mask
+
+    m = causal_mask(4)
+    assert m.dtype == torch.bool and m.shape == (4, 4)
+    assert torch.equal(m, torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]).bool())
+    assert torch.equal(causal_mask(4, strict=True), m & ~torch.eye(4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_attention_reference_matches_sdpa(causal, scale):
+    from tsmix.ops.attention import attention_logits, attention_reference
+
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 3, 9, 5, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 3, 9, 4, generator=gen, dtype=torch.float64)
+    fast = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    torch.testing.assert_close(attention_reference(q, k, v, causal, scale), fast, rtol=1e-12, atol=1e-12)
+    s = attention_logits(q, k, causal, scale)
+    assert torch.isinf(s[..., 0, 1:]).all() == causal  # row 0 sees key 0 only when causal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import pytest
@@ -30,6 +31,8 @@ def test_broken_mixer_file_does_not_hide_the_others(tmp_path, monkeypatch):
         "        super().__init__()\n"
         "    def forward(self, x):\n"
         "        return x\n"
+        "    def reference(self, x):\n"
+        "        return x\n"
     )
     (pkg / "broken.py").write_text("import this_module_does_not_exist_anywhere\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -47,3 +50,30 @@ def test_broken_mixer_file_does_not_hide_the_others(tmp_path, monkeypatch):
         registry._REGISTRY.pop("zz-test-good", None)
         for mod in [m for m in sys.modules if m.startswith("tsmix_fake_mixers")]:
             del sys.modules[mod]
+
+
+def test_capabilities_are_declared_and_kept_on_the_spec():
+    spec = tsmix.mixer_spec("yb-spectral")
+    assert spec.capabilities.position_aware and not spec.capabilities.causal
+    assert (spec.supports_causal, spec.supports_bidirectional) == (False, True)  # the old names still read
+    assert tsmix.mixer_capabilities("linear").streaming and not tsmix.mixer_capabilities("softmax").streaming
+    labels = ["causal", "bidirectional", "position-aware", "streaming"]
+    assert tsmix.mixer_capabilities("gla").labels() == labels
+
+
+def test_position_awareness_can_depend_on_the_options():
+    # fem-sm orders tokens through C (cond) or RoPE; softmax alone is permutation-equivariant
+    assert tsmix.mixer_capabilities("fem-sm").position_aware
+    assert not tsmix.mixer_capabilities("fem-sm", cond=False).position_aware
+    assert tsmix.mixer_capabilities("fem-sm", cond=False, rope=True).position_aware
+    with pytest.raises(TsmixError, match="option 'cond' of mixer 'fem-sm' must be bool"):
+        tsmix.mixer_capabilities("fem-sm", cond="no")
+
+
+def test_unsupported_mode_names_what_the_mixer_supports():
+    shown = "mixer 'yb-spectral' supports only bidirectional use "
+    shown += "(capabilities: bidirectional, position-aware)"
+    with pytest.raises(TsmixError, match="^" + re.escape(shown) + "; use causal=False"):
+        tsmix.build_mixer("yb-spectral", 16, causal=True)
+    with pytest.raises(TsmixError, match="causal must be a bool"):
+        tsmix.build_mixer("softmax", 16, causal=1)

@@ -27,7 +27,8 @@ from torch import nn
 
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
-from tsmix.registry import register_mixer
+from tsmix.ops.attention import attention_reference
+from tsmix.registry import Mixer, register_mixer
 
 VARIANTS = ("none", "silu", "mult", "sigmoid", "nonsparse")
 GRANULARITIES = ("headwise", "elementwise")
@@ -86,12 +87,7 @@ def attend(
     """Softmax attention (B, H, N, Dh) -> (B, H, N, Dh): SDPA, or the explicit formula (no dropout)."""
     if not reference:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
-    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, H, N, N)
-    if causal:
-        n = q.shape[-2]
-        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
+    return attention_reference(q, k, v, causal)
 
 
 def _plain_sigmoid(z: torch.Tensor) -> torch.Tensor:
@@ -117,7 +113,7 @@ class _GateStats:
         return {"gate_mean": mean, "gate_closed_frac": closed}
 
 
-class _AttentionCore(nn.Module):
+class _AttentionCore(Mixer):
     """q/k/v and output projections shared by both gated families."""
 
     def __init__(self, dim: int, heads: int, causal: bool, bias: bool, dropout: float, name: str) -> None:

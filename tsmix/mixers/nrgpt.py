@@ -44,7 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tsmix.block import make_norm
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
+from tsmix.ops.attention import attention_reference
 from tsmix.ops.energy import (
     ACTIVATIONS,
     attention_energy,
@@ -54,7 +56,7 @@ from tsmix.ops.energy import (
     ff2w_energy,
     ff2w_grad,
 )
-from tsmix.registry import register_mixer
+from tsmix.registry import Mixer, register_mixer
 
 ETAS = ("norm", "psd", "free")
 ENERGY_NORMS = ("layer", "rms", "none")
@@ -109,20 +111,12 @@ def _nrgpt_space(trial) -> dict:
     }
 
 
-def _energy_norm(kind: str, dim: int) -> nn.Module:
-    if kind == "layer":
-        return nn.LayerNorm(dim)
-    if kind == "rms":
-        return nn.RMSNorm(dim)
-    return nn.Identity()
-
-
 def _softplus_inv(y: float) -> float:
     return y + math.log(-math.expm1(-y))
 
 
 @register_mixer("nrgpt", options=NRGPTOptions, space=_nrgpt_space)
-class NRGPTMixer(nn.Module):
+class NRGPTMixer(Mixer):
     """NRGPT energy mixer: T gradient-descent steps on attention + FF energies (shared weights)."""
 
     def __init__(self, dim: int, heads: int, causal: bool, options: NRGPTOptions) -> None:
@@ -130,7 +124,7 @@ class NRGPTMixer(nn.Module):
         check_heads(dim, heads, "nrgpt")
         self.dim, self.heads, self.causal, self.options = dim, heads, causal, options
         o = options
-        self.norm = _energy_norm(o.norm, dim)
+        self.norm = make_norm(o.norm, dim)
         # J_h = W_K,hᵀ W_Q,h: the key and query maps of each head, no bias (a bilinear energy).
         self.wq = nn.Linear(dim, dim, bias=False)
         self.wk = nn.Linear(dim, dim, bias=False)
@@ -308,7 +302,7 @@ def _gpt_rec_space(trial) -> dict:
 
 
 @register_mixer("gpt-rec-parallel", options=GPTRecOptions, space=_gpt_rec_space)
-class GPTRecParallel(nn.Module):
+class GPTRecParallel(Mixer):
     """Weight-shared GPT-J parallel block x <- x + attn(LN x) + MLP(LN x), applied T times."""
 
     def __init__(self, dim: int, heads: int, causal: bool, options: GPTRecOptions) -> None:
@@ -316,7 +310,7 @@ class GPTRecParallel(nn.Module):
         check_heads(dim, heads, "gpt-rec-parallel")
         self.dim, self.heads, self.causal, self.options = dim, heads, causal, options
         o = options
-        self.ln1, self.ln2 = _energy_norm(o.norm, dim), _energy_norm(o.norm, dim)
+        self.ln1, self.ln2 = make_norm(o.norm, dim), make_norm(o.norm, dim)
         self.qkv = nn.Linear(dim, 3 * dim, bias=o.bias)
         self.proj = nn.Linear(dim, dim, bias=o.bias)
         self.up = nn.Linear(dim, o.mlp_ratio * dim, bias=o.bias)
@@ -334,11 +328,7 @@ class GPTRecParallel(nn.Module):
         if not plain:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         else:
-            s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, H, N, N)
-            if self.causal:
-                n = x.shape[1]
-                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-            y = torch.softmax(s, dim=-1) @ v
+            y = attention_reference(q, k, v, self.causal)
         return self.proj(merge_heads(y))
 
     def _run(self, x: torch.Tensor, plain: bool) -> torch.Tensor:

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tsmix.errors import TsmixError
-from tsmix.registry import register_mixer
+from tsmix.ops.attention import attention_reference
+from tsmix.registry import Mixer, register_mixer
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def _space(trial) -> dict:
 
 
 @register_mixer("softmax", options=SoftmaxOptions, space=_space)
-class SoftmaxAttention(nn.Module):
+class SoftmaxAttention(Mixer):
     """Multi-head softmax attention (SDPA fast path, explicit-softmax reference)."""
 
     def __init__(self, dim: int, heads: int, causal: bool, options: SoftmaxOptions) -> None:
@@ -63,9 +64,4 @@ class SoftmaxAttention(nn.Module):
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain softmax(QK^T / sqrt(d)) V, no dropout: the oracle for the fast path."""
         q, k, v = self._qkv(x)
-        s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, H, N, N)
-        if self.causal:
-            n = x.shape[1]
-            mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
-            s = s.masked_fill(mask, float("-inf"))
-        return self.out(merge_heads(torch.softmax(s, dim=-1) @ v))
+        return self.out(merge_heads(attention_reference(q, k, v, self.causal)))

@@ -36,7 +36,7 @@ from tsmix.ops.spectral import (
     circulant_matrix,
     phase_profile,
 )
-from tsmix.registry import register_mixer
+from tsmix.registry import Mixer, register_mixer
 
 ACTS = {"none": lambda t: t, "gelu": F.gelu, "tanh": torch.tanh, "silu": F.silu}
 
@@ -79,7 +79,7 @@ class YBSpectralOptions:
         _check_common(self.proj, self.act)
 
 
-class _YBMixer(nn.Module):
+class _YBMixer(Mixer):
     """Shared shell: optional projections and nonlinearity around an orthogonal core."""
 
     name = "yb"
@@ -87,7 +87,7 @@ class _YBMixer(nn.Module):
     def __init__(self, dim: int, heads: int, causal: bool, proj: bool, act: str) -> None:
         super().__init__()
         if causal:
-            # build_mixer already refuses (supports_causal=False); this guards direct construction.
+            # build_mixer already refuses (not causal-capable); this guards direct construction.
             raise TsmixError(
                 f"mixer {self.name!r} is bidirectional by construction (an orthogonal map over the "
                 f"whole sequence) and cannot be causal; use causal=False or pick a causal mixer"
@@ -128,7 +128,10 @@ def _space_brickwall(trial) -> dict:
     }
 
 
-@register_mixer("yb-brickwall", options=YBBrickwallOptions, supports_causal=False, space=_space_brickwall)
+@register_mixer(
+    "yb-brickwall", options=YBBrickwallOptions, supports_causal=False, position_aware=True,
+    space=_space_brickwall,
+)
 class YBBrickwall(_YBMixer):
     """YB-Mixer brick-wall: per-channel 2×2 rotations on alternating bonds (exactly orthogonal)."""
 
@@ -165,7 +168,10 @@ def _space_spectral(trial) -> dict:
     }
 
 
-@register_mixer("yb-spectral", options=YBSpectralOptions, supports_causal=False, space=_space_spectral)
+@register_mixer(
+    "yb-spectral", options=YBSpectralOptions, supports_causal=False, position_aware=True,
+    space=_space_spectral,
+)
 class YBSpectral(_YBMixer):
     """YB-Mixer spectral: circulant orthogonal flow exp(sK) per channel via rfft/irfft, O(N log N)."""
 

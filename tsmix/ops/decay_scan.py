@@ -29,6 +29,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from tsmix.ops.attention import causal_mask
+
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     # Log-space cumsums in bfloat16/float16 would lose the decay to rounding: work in float32.
@@ -137,9 +139,9 @@ def segment_sum(la: torch.Tensor) -> torch.Tensor:
     """
     n = la.shape[-1]
     rows = la[..., :, None].expand(*la.shape, n)  # [u, s] = la_u
-    strict = torch.ones(n, n, dtype=torch.bool, device=la.device).tril(-1)
+    strict = causal_mask(n, la.device, strict=True)
     seg = rows.masked_fill(~strict, 0.0).cumsum(-2)  # [t, s] = sum over s < u <= t
-    causal = torch.ones(n, n, dtype=torch.bool, device=la.device).tril()
+    causal = causal_mask(n, la.device)
     return seg.masked_fill(~causal, float("-inf"))
 
 

@@ -21,6 +21,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from tsmix.ops.attention import causal_mask
+
 ACTIVATIONS = ("relu", "softplus", "gelu")
 
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
@@ -77,7 +79,7 @@ def attention_energy(
         if n == 1:
             return q.new_zeros(b, 1)
         s = beta * (q[:, :, 1:] @ k[:, :, :-1].transpose(-1, -2))  # (B, H, N-1, N-1)
-        keep = torch.ones(n - 1, n - 1, dtype=torch.bool, device=q.device).tril()
+        keep = causal_mask(n - 1, q.device)
         lse = torch.logsumexp(s.masked_fill(~keep, float("-inf")), dim=-1)  # (B, H, N-1)
         lse = torch.cat([lse.new_zeros(b, h, 1), lse], dim=-1)  # (B, H, N)
     else:

@@ -19,14 +19,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tsmix.ops.attention import attention_logits, causal_mask
 from tsmix.ops.decay_scan import decay_scan, segment_sum, shift_exclusive
 from tsmix.ops.gla_chunk import gla_chunked, gla_step, reverse_exclusive
-
-
-def _mask(n: int, causal_part: bool, device) -> torch.Tensor:
-    """(N, N) boolean: lower triangle incl. diagonal (causal part) or strict upper (anti-causal)."""
-    ones = torch.ones(n, n, dtype=torch.bool, device=device)
-    return ones.tril() if causal_part else ones.triu(1)
 
 
 def _normalize_logw(logw: torch.Tensor) -> torch.Tensor:
@@ -40,12 +35,12 @@ def _bidir_segments(la: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch
     ``la[s+1..t]``; anti-causal part ``s > t`` (bidirectional only): sum of ``la[t..s-1]``.
     """
     n = la.shape[-1]
-    fwd = _mask(n, True, la.device)
+    fwd = causal_mask(n, la.device)
     seg = segment_sum(la).masked_fill(~fwd, 0.0)
     if causal:
         return seg, fwd
     bwd = segment_sum(la.flip(-1)).flip(-1).flip(-2)  # [t, s] = sum la[t..s-1] for s >= t
-    bwd = bwd.masked_fill(~_mask(n, False, la.device), 0.0)
+    bwd = bwd.masked_fill(fwd, 0.0)  # keep the strict upper triangle s > t
     return seg + bwd, torch.ones(n, n, dtype=torch.bool, device=la.device)
 
 
@@ -58,10 +53,8 @@ def sm_read(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor, causal: bool, dro
 
 
 def sm_logp(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
-    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, H, N, N)
-    if causal:
-        s = s.masked_fill(~_mask(q.shape[-2], True, q.device), float("-inf"))
-    return torch.log_softmax(s, dim=-1)
+    """Explicit ``log softmax(q k^T / sqrt(d))`` (B, H, N, N), the plain twin of :func:`sm_read`."""
+    return torch.log_softmax(attention_logits(q, k, causal), dim=-1)
 
 
 # ----------------------------------------------------------------------------- GLA
@@ -169,7 +162,7 @@ def aft_prior_logp(key, log_decay, causal: bool) -> torch.Tensor:
     dist = (pos[:, None] - pos[None, :]).abs()  # (N, N)
     logw = key.transpose(1, 2)[:, :, None, :] + log_decay[None, :, None, None] * dist
     if causal:
-        logw = logw.masked_fill(~_mask(n, True, key.device), float("-inf"))
+        logw = logw.masked_fill(~causal_mask(n, key.device), float("-inf"))
     return _normalize_logw(logw)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tsmix.ops.attention import causal_mask
 from tsmix.ops.decay_scan import _work_dtype, decay_scan, segment_sum
 
 LOG_DECAY_MIN = -5.0  # floor of the per-step log-decay, in every form (see the module doc)
@@ -51,7 +52,7 @@ def _intra_chunk(qc, kc, qd, la, inclusive: bool):
             w = w.masked_fill(torch.eye(length, dtype=torch.bool, device=w.device), 0.0)
         return _intra_scores(qc, kc, w)
     kd = kc * (-la.cumsum(-1)).transpose(-1, -2).exp()  # k_s e^{-c_s} <= |k| e^35
-    keep = torch.ones(length, length, dtype=torch.bool, device=qc.device).tril(0 if inclusive else -1)
+    keep = causal_mask(length, qc.device, strict=not inclusive)
     return (qd @ kd.transpose(-1, -2)).masked_fill(~keep, 0.0)
 
 

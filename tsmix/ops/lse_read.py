@@ -58,11 +58,12 @@ def free_energy_combine(
     mu: torch.Tensor, f: torch.Tensor | None, lam: torch.Tensor | None, g: torch.Tensor | None
 ) -> torch.Tensor:
     """``o = g * [(1 - lam) mu + lam F]``; ``f None`` = no LSE branch (o = g mu), ``lam None`` with
-    ``f`` given = read F alone, ``g None`` = no outer gate."""
-    if f is None:
-        o = mu
-    elif lam is None:
-        o = f
-    else:
-        o = (1.0 - lam) * mu + lam * f
-    return o if g is None else g * o
+    ``f`` given = read F alone, ``g None`` = no outer gate.
+
+    The blend is one ``lerp`` (``mu + lam (F - mu)``): exact at ``lam = 0`` and ``lam = 1``, and
+    one fused op instead of three.
+    """
+    o = mu
+    if f is not None:
+        o = f if lam is None else torch.lerp(mu, f, lam)
+    return o if g is None else o * g
