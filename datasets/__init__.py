@@ -3,6 +3,7 @@
 ``prepare(source, lookback, horizon)`` is the one call most users need; see its docstring.
 """
 
+from tsmix.datasets.dates import DATE_UNITS, future_index, localize
 from tsmix.datasets.errors import DataError
 from tsmix.datasets.lookup import cache_dir, download, resolve_path, sha256_file
 from tsmix.datasets.prepare import SPLITS, Prepared, prepare
@@ -14,7 +15,8 @@ from tsmix.datasets.validate import FEATURES, FILLS, infer_freq
 from tsmix.datasets.windows import WindowSet
 
 __all__ = [
-    "BENCHMARKS", "FEATURES", "FILLS", "SPLITS", "BenchmarkSpec", "DataError", "Prepared", "Scaler", "Series",
-    "WindowSet", "benchmark_for_file", "cache_dir", "download", "get_benchmark", "infer_freq", "load",
-    "prepare", "resolve_path", "sha256_file", "split_borders", "time_features",
+    "BENCHMARKS", "DATE_UNITS", "FEATURES", "FILLS", "SPLITS", "BenchmarkSpec", "DataError", "Prepared",
+    "Scaler", "Series", "WindowSet", "benchmark_for_file", "cache_dir", "download", "future_index",
+    "get_benchmark", "infer_freq", "load", "localize", "prepare", "resolve_path", "sha256_file",
+    "split_borders", "time_features",
 ]

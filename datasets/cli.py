@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tsmix.datasets.dates import DATE_UNITS
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="summarize a dataset: rows, channels, borders, windows per split",
@@ -20,6 +22,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="M all->all, S target->target, MS all->target (default M)")
     p.add_argument("--data-dir", default=None, help="folder with the benchmark files (else $TSMIX_DATA_DIR)")
     p.add_argument("--date-col", default=None, help="date column (default: detected)")
+    p.add_argument("--date-format", default=None, metavar="FMT",
+                   help="strftime format of the dates, e.g. '%%m/%%d/%%Y' (default: inferred from the whole "
+                        "column; an ambiguous column is an error)")
+    p.add_argument("--date-unit", default=None, choices=DATE_UNITS,
+                   help="the date column holds epoch numbers in this unit (UTC)")
     p.add_argument("--target", default=None, help="target column (default OT, else the last column)")
     p.add_argument("--fill", default=None, choices=("ffill", "interpolate", "zero"),
                    help="fill NaN/inf values and missing timestamps (default: reject them)")
@@ -32,7 +39,8 @@ def run_data(args: argparse.Namespace) -> int:
     from tsmix.datasets.prepare import SPLITS, prepare  # lazy: `tsmix --help` stays fast
 
     prep = prepare(args.source, args.lookback, args.horizon, args.features, data_dir=args.data_dir,
-                   date_col=args.date_col, target=args.target, fill=args.fill, calendar=args.calendar)
+                   date_col=args.date_col, target=args.target, fill=args.fill, calendar=args.calendar,
+                   date_format=args.date_format, date_unit=args.date_unit)
     s = prep.summary()
     if args.json:
         print(json.dumps(s))

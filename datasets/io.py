@@ -1,25 +1,73 @@
-"""Reading: any CSV/parquet file or pandas/polars frame with a date column -> timestamps + float matrix.
+"""Reading: any CSV/parquet file or pandas/polars frame -> polars frame, value columns -> float matrix.
 
-Files are read with polars. Nothing is validated here beyond "is it a date" / "is it a number";
-``validate.py`` checks values and timestamps.
+Files are read with polars after sniffing the separator (, ; tab |) and decimal commas from the first
+lines. Dates are parsed in ``dates.py``; ``validate.py`` checks values and timestamps.
 """
 
 from __future__ import annotations
 
-import warnings
+import csv
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import polars as pl
 
+from tsmix.datasets.dates import tz_name
 from tsmix.datasets.errors import DataError
 
-DATE_NAMES = ("date", "time", "timestamp", "datetime", "ds")  # matched case-insensitively
 # Cells read as missing (they become NaN and then meet the ``fill`` policy).
 NULL_TOKENS = ["", "NA", "N/A", "n/a", "#N/A", "NaN", "nan", "NAN", "null", "NULL", "None", "none"]
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+SEPARATORS = (",", ";", "\t", "|")  # tried in this order; the first that splits every line alike wins
+_SNIFF_BYTES = 1 << 16  # the head read to find the separator and check the header
+# A number written with a decimal comma (1,5 or -0,25e3); only read so when ',' is not the separator.
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d*,\d+([eE][-+]?\d+)?$")
+
+
+def sniff(path: Path) -> tuple[str, list[str]]:
+    """(separator, header names) from the file's first lines; the fallback is ',' (tab for .tsv)."""
+    with open(path, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    lines = head.decode("utf-8-sig", errors="replace").splitlines()
+    if len(head) == _SNIFF_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last line may be cut
+    lines = [ln for ln in lines if ln.strip()][:50]
+    default = "\t" if path.suffix.lower() == ".tsv" else ","
+    if not lines:
+        return default, []
+    best, width = default, 1
+    for sep in dict.fromkeys((default, *SEPARATORS)):
+        widths = {len(row) for row in csv.reader(lines, delimiter=sep)}
+        if len(widths) == 1 and (w := widths.pop()) > width:
+            best, width = sep, w
+    return best, next(csv.reader(lines[:1], delimiter=best))
+
+
+def _check_header(path: Path, sep: str, header: list[str]) -> None:
+    names = [h.strip() for h in header]
+    dups = sorted({h for h in names if names.count(h) > 1})
+    if dups:
+        raise DataError(f"duplicated column names {dups} in {path}: rename them so every column is unique")
+    if len(header) == 1 and any(c in header[0] for c in SEPARATORS if c != sep):
+        raise DataError(f"{path} splits into one column {header[0][:60]!r}: no separator among , ; tab | "
+                        f"splits its lines alike: check the file (quotes, ragged rows)")
+
+
+def _decimal_commas(df: pl.DataFrame) -> pl.DataFrame:
+    """Text columns whose every value is a decimal-comma number become floats (1,5 -> 1.5)."""
+    fixed = []
+    for c in df.columns:
+        s = df[c]
+        if s.dtype == pl.String and s.null_count() < len(s):
+            text = s.str.strip_chars()
+            if text.drop_nulls().str.contains(_DECIMAL_COMMA.pattern).all():
+                fixed.append(text.str.replace(",", ".", literal=True).cast(pl.Float64).alias(c))
+    return df.with_columns(fixed) if fixed else df
 
 
 def read_file(path: str | Path) -> pl.DataFrame:
@@ -28,13 +76,15 @@ def read_file(path: str | Path) -> pl.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix in CSV_SUFFIXES:
-            sep = "\t" if suffix == ".tsv" else ","
+            sep, header = sniff(path)
+            _check_header(path, sep, header)
             kw = dict(separator=sep, null_values=NULL_TOKENS, encoding="utf8-lossy")
             try:  # schema from the first rows: fast
-                return pl.read_csv(path, **kw)
+                df = pl.read_csv(path, **kw)
             except pl.exceptions.ComputeError:
                 # A column that looked integer early holds floats (or text) later: infer from every row.
-                return pl.read_csv(path, infer_schema_length=None, **kw)
+                df = pl.read_csv(path, infer_schema_length=None, **kw)
+            return _decimal_commas(df) if sep != "," else df
         if suffix in PARQUET_SUFFIXES:
             return pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError) as exc:
@@ -43,107 +93,38 @@ def read_file(path: str | Path) -> pl.DataFrame:
     raise DataError(f"unsupported file type {path.name!r}: use a .csv or .parquet file (or pass a DataFrame)")
 
 
-def to_polars(frame: pd.DataFrame | pl.DataFrame) -> pl.DataFrame:
-    """A pandas frame becomes polars; a DatetimeIndex (no date column) becomes a ``date`` column."""
+def to_polars(frame: pd.DataFrame | pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str]]:
+    """A pandas frame becomes polars; a DatetimeIndex (no date column) becomes a ``date`` column.
+
+    Zoned pandas columns travel as naive UTC (polars rejects offsets such as +05:30); the second
+    value maps each of them to its zone so the date column keeps it.
+    """
     if isinstance(frame, pl.DataFrame):
-        return frame
+        return frame, {}
     if not isinstance(frame, pd.DataFrame):
         raise DataError(f"unsupported data source of type {type(frame).__name__}: pass a benchmark name, "
                         f"a .csv/.parquet path, or a pandas/polars DataFrame")
     df = frame
     if isinstance(df.index, pd.DatetimeIndex):
         df = df.reset_index(names=df.index.name or "date")
-    df = df.rename(columns=str)
-    for c in df.columns:  # tz-aware -> naive UTC here, as for polars frames and files
-        if isinstance(df[c].dtype, pd.DatetimeTZDtype):
-            df[c] = df[c].dt.tz_convert("UTC").dt.tz_localize(None)
     if df.columns.duplicated().any():
-        dups = sorted(set(df.columns[df.columns.duplicated()]))
+        dups = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
         raise DataError(f"duplicated column names {dups}: rename them so every column is unique")
+    df = df.rename(columns=str)
+    if df.columns.duplicated().any():  # e.g. 1 and "1"
+        dups = sorted(set(df.columns[df.columns.duplicated()]))
+        raise DataError(f"column names {dups} collide as text: rename them so every column is unique")
+    zones = {}
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.DatetimeTZDtype):
+            zones[c] = tz_name(df[c].dt.tz)
+            df[c] = df[c].dt.tz_convert("UTC").dt.tz_localize(None)
     try:
-        return pl.from_pandas(df)
+        return pl.from_pandas(df), zones
     except Exception as exc:  # pyarrow conversion errors come in many types
-        raise DataError(f"cannot convert the pandas frame: {exc}; convert object columns to numbers"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot convert the pandas frame: {first}; convert object columns to numbers"
                         ) from None
-
-
-def parse_dates(col: pl.Series) -> np.ndarray | None:
-    """Timestamps as naive datetime64[ns] (timezones -> UTC), or None when the column is not dates."""
-    dtype = col.dtype
-    if dtype == pl.Date:
-        col = col.cast(pl.Datetime("ns"))
-    elif isinstance(dtype, pl.Datetime):
-        if dtype.time_zone is not None:
-            col = col.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
-        col = col.cast(pl.Datetime("ns"))
-    elif dtype == pl.String:
-        col = col.str.strip_chars()
-        try:  # polars infers ISO-like and day-first dotted formats
-            col = col.str.to_datetime(time_unit="ns", strict=True)
-            if col.dtype.time_zone is not None:
-                col = col.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
-        except pl.exceptions.PolarsError:
-            return _parse_dates_pandas(col)
-    elif dtype.is_integer():  # only reached for a named date_col: e.g. 20200101
-        return _parse_dates_pandas(col.cast(pl.String))
-    else:
-        return None
-    if col.null_count() > 0:
-        return None
-    return col.to_numpy().astype("datetime64[ns]")
-
-
-def _parse_dates_pandas(col: pl.Series) -> np.ndarray | None:
-    # pandas guesses the format from the first value ('1990/1/1 0:00', '20200101', 'Jan 1 2020').
-    values = col.to_numpy()
-    if col.null_count() > 0 or len(values) == 0:
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ts = pd.to_datetime(pd.Series(values), utc=True)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    return ts.dt.tz_localize(None).to_numpy().astype("datetime64[ns]")
-
-
-def _date_error(df: pl.DataFrame, c: str) -> DataError:
-    col = df[c]
-    if col.null_count():
-        row = int(col.is_null().arg_true()[0])
-        return DataError(f"date column {c!r} has {col.null_count()} missing value(s), first at row {row}: "
-                         f"drop those rows or fill in their dates")
-    example = col.head(1).to_list()[0]
-    if col.dtype == pl.String:
-        try:  # the first value that does not fit the format inferred from the first rows
-            parsed = col.str.strip_chars().str.to_datetime(time_unit="ns", strict=False)
-            example = col.filter(parsed.is_null()).head(1).to_list()[0] if parsed.null_count() else example
-        except pl.exceptions.PolarsError:
-            pass
-    return DataError(f"date column {c!r} does not parse as dates (e.g. {example!r}): use one format such as "
-                     f"ISO 8601 (2020-01-31 14:00), or parse it yourself into a datetime column")
-
-
-def find_date_column(df: pl.DataFrame, date_col: str | None) -> tuple[str, np.ndarray]:
-    """The named ``date_col``, else one named date/time/..., else the first temporal or date-string one."""
-    if date_col is not None:
-        if date_col not in df.columns:
-            raise DataError(f"date column {date_col!r} not found: columns are {list(df.columns)}")
-        ts = parse_dates(df[date_col])
-        if ts is None:
-            raise _date_error(df, date_col)
-        return date_col, ts
-    temporal = [c for c in df.columns if df[c].dtype == pl.Date or isinstance(df[c].dtype, pl.Datetime)]
-    strings = [c for c in df.columns if df[c].dtype == pl.String]
-    named = [c for c in temporal + strings if c.strip().lower() in DATE_NAMES]
-    for c in dict.fromkeys(named + temporal + strings):  # ordered, unique
-        ts = parse_dates(df[c])
-        if ts is not None:
-            return c, ts
-    if named:  # a column called "date" that does not parse: say why
-        raise _date_error(df, named[0])
-    raise DataError(f"no date column found among {list(df.columns)}: add one (ISO 8601 dates) or name it "
-                    f"with date_col= / --date-col")
 
 
 def numeric_matrix(df: pl.DataFrame, columns: list[str]) -> np.ndarray:
@@ -164,6 +145,9 @@ def numeric_matrix(df: pl.DataFrame, columns: list[str]) -> np.ndarray:
             bad[c] = str(s.dtype)
     if bad:
         shown = ", ".join(f"{c!r} (e.g. {v!r})" for c, v in list(bad.items())[:5])
+        if any(isinstance(v, str) and _DECIMAL_COMMA.match(v.strip()) for v in bad.values()):
+            raise DataError(f"non-numeric columns {shown} look like decimal commas in a comma-separated "
+                            f"file: write decimal points, or separate the fields with ';'")
         raise DataError(f"non-numeric columns {shown}: drop them or encode them as numbers "
                         f"(or select value columns with columns=[...])")
     if not out:

@@ -67,8 +67,8 @@ class Prepared:
         out = {
             "name": s.name, "path": str(s.path) if s.path else None, "rows": s.n_rows,
             "channels": s.n_channels, "columns": list(s.columns), "target": s.target, "freq": s.freq,
-            "kind": s.kind, "start": str(pd.Timestamp(s.timestamps[0])),
-            "end": str(pd.Timestamp(s.timestamps[-1])), "lookback": self.lookback, "horizon": self.horizon,
+            "kind": s.kind, "start": str(s.index[0]), "end": str(s.index[-1]), "tz": s.tz,
+            "lookback": self.lookback, "horizon": self.horizon,
             "features": self.features, "x_channels": self.x_channels, "y_channels": self.y_channels,
             "calendar": list(self.mark_names),
             "borders": {k: list(v) for k, v in self.borders.items()},
@@ -80,14 +80,17 @@ class Prepared:
 def prepare(source: str | Path | pd.DataFrame | pl.DataFrame, lookback: int, horizon: int,
             features: str = "M", *, data_dir: str | Path | None = None, date_col: str | None = None,
             target: str | None = None, fill: str | None = None, calendar: bool = False,
-            columns: Sequence[str] | None = None) -> Prepared:
+            columns: Sequence[str] | None = None, date_format: str | None = None,
+            date_unit: str | None = None) -> Prepared:
     """Everything a forecaster needs, validated up front; one :class:`DataError` otherwise.
 
-    ``calendar=True`` appends calendar features (see ``timefeatures.py``) to the inputs x only.
+    ``calendar=True`` appends calendar features (see ``timefeatures.py``) to the inputs x only, in the
+    series' local time when its dates carry a zone. The other keywords go to :func:`load`.
     """
     check_window_args(lookback, horizon, features)  # cheap checks before reading anything
     check_fill(fill)
-    series = load(source, data_dir=data_dir, date_col=date_col, target=target, fill=fill, columns=columns)
+    series = load(source, data_dir=data_dir, date_col=date_col, target=target, fill=fill, columns=columns,
+                  date_format=date_format, date_unit=date_unit)
     borders = split_borders(series.n_rows, lookback, series.kind)
     check_split_sizes(borders, lookback, horizon)
     a, b = borders["train"]
@@ -95,7 +98,7 @@ def prepare(source: str | Path | pd.DataFrame | pl.DataFrame, lookback: int, hor
     data = torch.from_numpy(np.ascontiguousarray(scaler.transform(series.values), dtype=np.float32))
     marks, names = None, ()
     if calendar:
-        m, names = time_features(series.timestamps)
+        m, names = time_features(series.index)
         marks = torch.from_numpy(m)
     t = series.target_idx
     sets = {k: WindowSet(data, lookback, horizon, features, t, *borders[k], marks=marks) for k in SPLITS}

@@ -59,11 +59,22 @@ _ETT_BORDERS = {"etth": (8640, 11520, 14400), "ettm": (8640 * 4, 11520 * 4, 1440
 KINDS = ("etth", "ettm", "custom")
 
 
+def benchmark_name(dataset: str | Path) -> str | None:
+    """The canonical benchmark name of a name (any case) or of a ``.csv``/``.parquet`` path named
+    like one (``.../ETTh1.csv`` -> ``ETTh1``, ``weather.parquet`` -> ``Weather``); None otherwise.
+
+    The one dataset-name resolver: data lookup, presets and benchmark suites all match here.
+    """
+    text = str(dataset).strip()
+    stem = Path(text).stem if text.lower().endswith((".csv", ".parquet")) else text
+    return next((key for key in BENCHMARKS if key.lower() == stem.lower()), None)
+
+
 def get_benchmark(name: str, *, required: bool = True) -> BenchmarkSpec | None:
     """The spec of a benchmark name (case-insensitive). Unknown: DataError, or None if not ``required``."""
-    for key, spec in BENCHMARKS.items():
-        if key.lower() == name.strip().lower():
-            return spec
+    key = None if str(name).lower().endswith((".csv", ".parquet")) else benchmark_name(name)
+    if key is not None:
+        return BENCHMARKS[key]
     if required:
         raise DataError(f"unknown benchmark {name!r}: use one of {', '.join(BENCHMARKS)} or a file path")
     return None

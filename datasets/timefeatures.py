@@ -20,9 +20,9 @@ _FEATURES = {
 }
 
 
-def feature_names(timestamps: np.ndarray) -> tuple[str, ...]:
+def feature_names(timestamps: np.ndarray | pd.DatetimeIndex) -> tuple[str, ...]:
     """Which features resolve the sampling step: finer data gets the finer positions."""
-    step = int(np.median(np.diff(np.asarray(timestamps, dtype="datetime64[ns]").view(np.int64))))
+    step = int(np.median(np.diff(pd.DatetimeIndex(timestamps).as_unit("ns").asi8)))  # absolute ns
     if step < _HOUR:
         return ("minute_of_hour", "hour_of_day", "day_of_week", "day_of_month", "day_of_year")
     if step < _DAY:
@@ -34,8 +34,11 @@ def feature_names(timestamps: np.ndarray) -> tuple[str, ...]:
     return ("month_of_year",)
 
 
-def time_features(timestamps: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
-    """(T, K) float32 calendar features and their names, for stamps at least 2 apart."""
+def time_features(timestamps: np.ndarray | pd.DatetimeIndex) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(T, K) float32 calendar features and their names, for stamps at least 2 apart.
+
+    A zoned DatetimeIndex (``Series.index``) gives the positions in its local time.
+    """
     names = feature_names(timestamps)
     idx = pd.DatetimeIndex(timestamps)
     return np.stack([np.asarray(_FEATURES[n](idx), dtype=np.float32) for n in names], axis=1), names

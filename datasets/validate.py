@@ -23,7 +23,8 @@ def check_fill(fill: str | None) -> None:
 def check_window_args(lookback: int, horizon: int, features: str) -> None:
     for name, v in (("lookback", lookback), ("horizon", horizon)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-            raise DataError(f"{name} must be a positive integer, got {v!r}")
+            raise DataError(f"{name} must be a positive integer, got {v!r}: pass a whole number of steps "
+                            f">= 1")
     if features not in FEATURES:
         raise DataError(f"unknown features mode {features!r}: use M (all->all), S (target->target) "
                         f"or MS (all->target)")
@@ -40,12 +41,13 @@ def check_split_sizes(borders: dict[str, tuple[int, int]], lookback: int, horizo
             )
 
 
-def _fmt(t: np.datetime64) -> str:
-    return str(pd.Timestamp(t))
+def _fmt(t: np.datetime64, tz: str | None = None) -> str:
+    """A timestamp for messages: local time with its offset when zoned (``t`` is then a UTC instant)."""
+    return str(pd.Timestamp(t) if tz is None else pd.Timestamp(t).tz_localize("UTC").tz_convert(tz))
 
 
 def fill_values(values: np.ndarray, columns: Sequence[str], timestamps: np.ndarray,
-                fill: str | None) -> np.ndarray:
+                fill: str | None, tz: str | None = None) -> np.ndarray:
     """Reject NaN/inf (fill=None) or replace them per column. values: (T, C) float64, returned copied."""
     check_fill(fill)
     bad = ~np.isfinite(values)  # (T, C)
@@ -56,7 +58,7 @@ def fill_values(values: np.ndarray, columns: Sequence[str], timestamps: np.ndarr
         row = int(np.argmax(bad.any(axis=1)))
         raise DataError(
             f"{int(bad.sum())} missing/NaN/inf values in columns {cols[:5]}{' ...' if len(cols) > 5 else ''} "
-            f"(first at row {row}, {_fmt(timestamps[row])}): clean them or {_FILL_HINT}"
+            f"(first at row {row}, {_fmt(timestamps[row], tz)}): clean them or {_FILL_HINT}"
         )
     empty = [c for c, b in zip(columns, bad.all(axis=0)) if b]
     if empty and fill != "zero":
@@ -88,25 +90,36 @@ def _alias(step_ns: int) -> str:
     raise AssertionError("unreachable")
 
 
-def infer_freq(timestamps: np.ndarray) -> str | None:
-    """pandas' calendar-aware guess (MS, W-SUN, B, h, ...), or None when the steps are not regular."""
+def infer_freq(timestamps: np.ndarray, tz: str | None = None) -> str | None:
+    """pandas' calendar-aware guess (MS, W-SUN, B, h, ...), or None when the steps are not regular.
+
+    With ``tz`` the timestamps are UTC instants judged in that zone: daily data stays 'D' across DST.
+    """
     if len(timestamps) < 3:
         return None
+    idx = pd.DatetimeIndex(np.asarray(timestamps, dtype="datetime64[ns]"))
+    if tz is not None:
+        idx = idx.tz_localize("UTC").tz_convert(tz)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pandas 3 warns that infer_freq will return an offset
-        f = pd.infer_freq(pd.DatetimeIndex(timestamps))
+        try:
+            f = pd.infer_freq(idx)
+        except ValueError:  # duplicated or unsorted stamps: not regular
+            return None
     if f is None:
         return None
     return f if isinstance(f, str) else f.freqstr
 
 
-def check_timestamps(timestamps: np.ndarray, *, fill: str | None = None,
-                     allowed: Iterable[str] = ()) -> tuple[np.ndarray, np.ndarray | None, str]:
+def check_timestamps(timestamps: np.ndarray, *, fill: str | None = None, allowed: Iterable[str] = (),
+                     tz: str | None = None) -> tuple[np.ndarray, np.ndarray | None, str]:
     """Sorted, unique, regular timestamps. Returns (timestamps, source_rows, freq).
 
     ``source_rows`` is None when nothing was inserted; else, for each output row, the input row it
     comes from or -1 for a missing timestamp inserted (only with ``fill``) to be filled afterwards.
     ``allowed`` lists timestamps where a known irregularity is accepted as-is (benchmark files).
+    ``tz``: the timestamps are UTC instants of a zoned series (messages and calendar rules use the zone);
+    missing stamps are then inserted at a fixed step in absolute time.
     """
     ts = np.asarray(timestamps, dtype="datetime64[ns]")
     if len(ts) < 2:
@@ -116,14 +129,15 @@ def check_timestamps(timestamps: np.ndarray, *, fill: str | None = None,
     back = np.flatnonzero((d < 0) & ~ok_at)
     if len(back):
         i = int(back[0])
-        raise DataError(f"timestamps are not sorted: row {i + 1} ({_fmt(ts[i + 1])}) comes after row {i} "
-                        f"({_fmt(ts[i])}): sort the data by its date column")
+        raise DataError(f"timestamps are not sorted: row {i + 1} ({_fmt(ts[i + 1], tz)}) comes after row {i} "
+                        f"({_fmt(ts[i], tz)}): sort the data by its date column")
     dup = np.flatnonzero((d == 0) & ~ok_at)
     if len(dup):
         i = int(dup[0])
-        raise DataError(f"{len(dup)} duplicated timestamp(s), first {_fmt(ts[i])} at rows {i} and {i + 1}: "
-                        f"drop or aggregate the duplicates (e.g. df.unique(subset='date', keep='first'))")
-    freq = infer_freq(ts)
+        raise DataError(f"{len(dup)} duplicated timestamp(s), first {_fmt(ts[i], tz)} at rows {i} and "
+                        f"{i + 1}: drop or aggregate the duplicates "
+                        f"(e.g. df.unique(subset='date', keep='first'))")
+    freq = infer_freq(ts, tz)
     if freq is not None:
         return ts, None, freq
     steps, counts = np.unique(d[d > 0], return_counts=True)
@@ -140,7 +154,7 @@ def check_timestamps(timestamps: np.ndarray, *, fill: str | None = None,
     if fill is None:
         raise DataError(f"{missing} missing timestamp(s) in {int(odd.sum())} gap(s) of the {_alias(step)} "
                         f"grid, "
-                        f"first after {_fmt(ts[first])}: resample to a regular grid or {_FILL_HINT} to "
+                        f"first after {_fmt(ts[first], tz)}: resample to a regular grid or {_FILL_HINT} to "
                         f"insert and fill them")
     # Insert the missing grid points; each input row i lands at i + (number of points missing before it).
     gaps = np.where(odd, d // step - 1, 0)  # (T-1,)

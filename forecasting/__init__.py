@@ -1,29 +1,50 @@
-"""tsmix.forecasting: patch/variate encoders over any mixer, DLinear, trainer, Forecaster.
+"""tsmix.forecasting: registered forecasting models over any mixer, trainer, Forecaster.
 
 ``Forecaster`` is the estimator (fit / predict / evaluate / save / load); ``ForecasterConfig``
-holds every hyper-parameter; ``build_model`` turns a config into the network; ``PRESETS``
-(``paper_preset``) give the official per-dataset settings.
+holds every hyper-parameter; models register themselves (``register_model``, one file each in
+``tsmix.forecasting.models``) and ``build_model`` turns a config into the network; presets
+(``PRESETS``, ``paper_preset``) are named data registered with each model.
 """
 
-from tsmix.forecasting.config import MODEL_DEFAULTS, ForecasterConfig
+from tsmix.forecasting.config import ForecasterConfig
 from tsmix.forecasting.dlinear import DLinear
-from tsmix.forecasting.encoders import EncoderConfig, PatchEncoder, VariateEncoder
+from tsmix.forecasting.encoders import EncoderConfig
 from tsmix.forecasting.forecaster import Forecaster
-from tsmix.forecasting.models import MODELS, build_model
+from tsmix.forecasting.models.dlinear import DLinearConfig
+from tsmix.forecasting.models.itransformer import ITransformerConfig, VariateEncoder
+from tsmix.forecasting.models.patchtst import PatchEncoder, PatchTSTConfig
 from tsmix.forecasting.presets import PRESETS, paper_preset
+from tsmix.forecasting.registry import (
+    ModelNeeds,
+    ModelSpec,
+    TrainDefaults,
+    available_models,
+    build_model,
+    model_spec,
+    register_model,
+    unregister_model,
+)
 from tsmix.forecasting.revin import RevIN
 
 __all__ = [
-    "MODELS",
-    "MODEL_DEFAULTS",
     "PRESETS",
     "DLinear",
+    "DLinearConfig",
     "EncoderConfig",
     "Forecaster",
     "ForecasterConfig",
+    "ITransformerConfig",
+    "ModelNeeds",
+    "ModelSpec",
     "PatchEncoder",
+    "PatchTSTConfig",
     "RevIN",
+    "TrainDefaults",
     "VariateEncoder",
+    "available_models",
     "build_model",
+    "model_spec",
     "paper_preset",
+    "register_model",
+    "unregister_model",
 ]

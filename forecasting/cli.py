@@ -1,90 +1,68 @@
 """``tsmix fit`` / ``tsmix evaluate`` / ``tsmix predict``.
 
-The hyper-parameter flags are generated from :class:`ForecasterConfig` (one flag per field,
-help text from the field's comment), so the dataclass stays the only source of defaults: a
-flag that is not given is not passed at all.
+The hyper-parameter flags are generated from :class:`ForecasterConfig`'s fields (one flag per
+field, its type hint parsed by :func:`tsmix.options.parse_text`, help from the field's
+``metadata``), so the dataclass stays the only source of defaults: a flag that is not given is
+not passed at all. ``--model`` choices come from the model registry.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
-import re
-import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tsmix.errors import TsmixError
-from tsmix.forecasting import config as config_mod
-from tsmix.forecasting.config import (
-    FEATURES,
-    LR_SCHEDULES,
-    MODEL_NAMES,
-    OPTIMIZERS,
-    PADDINGS,
-    PROTOCOLS,
-    ForecasterConfig,
-)
+from tsmix.forecasting.config import PROTOCOLS, ForecasterConfig, choices_of
+from tsmix.options import field_hints, parse_text
+from tsmix.registry import parse_mixer_options
 
-CHOICES = {
-    "model": MODEL_NAMES, "features": FEATURES, "optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES,
-    "eval_protocol": PROTOCOLS, "padding_patch": PADDINGS,
-}
 SKIP = {"mixer_options"}  # given as repeated --mixer-option k=v
 
 
-def _field_comments() -> dict[str, str]:
-    """``name: type = default  # comment`` lines of ForecasterConfig -> {name: comment}."""
-    src = inspect.getsource(config_mod.ForecasterConfig)
-    pat = re.compile(r"^\s+(\w+): [^=]+=.*?#\s*(.+)$")
-    return {m.group(1): m.group(2).strip() for m in map(pat.match, src.splitlines()) if m}
+def _base(hint: Any) -> Any:
+    """``X`` of ``X | None`` (the hint itself otherwise)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint
 
 
-def _none_or(kind: type):
-    def parse(text: str):
-        return None if text.lower() in ("none", "null") else kind(text)
+def _text_parser(hint: Any, flag: str) -> Callable[[str], Any]:
+    """argparse ``type=``: the text typed by the field's hint (``none`` for an optional field)."""
 
-    parse.__name__ = kind.__name__
+    def parse(text: str) -> Any:
+        return parse_text(text, hint, flag)
+
+    parse.__name__ = getattr(_base(hint), "__name__", "value")  # argparse: "invalid float value: 'x'"
     return parse
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per ForecasterConfig field (dashes for underscores), default: not given."""
-    hints = typing.get_type_hints(ForecasterConfig)
-    comments = _field_comments()
-    group = parser.add_argument_group("hyper-parameters (ForecasterConfig fields; default = the config's)")
-    for f in dataclasses.fields(ForecasterConfig):
-        if f.name in SKIP:
+def add_dataclass_flags(group: Any, cls: type, skip: set[str] = frozenset()) -> None:
+    """One ``--flag`` per field of dataclass ``cls`` (dashes for underscores), default: not given."""
+    hints = field_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
             continue
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        optional = (typing.get_origin(hint) in (typing.Union, types.UnionType)) and type(None) in args
-        base = next(a for a in args if a is not type(None)) if optional else hint
+        flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
-                              "help": f"{comments.get(f.name, '')} [default: {default}]"}
-        if base is bool:
+                              "help": f"{f.metadata.get('help', '')} [default: {default}]"}
+        if _base(hints[f.name]) is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = _none_or(base) if optional else base
-            if f.name in CHOICES:
-                kw["choices"] = CHOICES[f.name]
+            kw["type"] = _text_parser(hints[f.name], flag)
+            kw["choices"] = choices_of(f)
             kw["metavar"] = f.name.upper()
-        group.add_argument("--" + f.name.replace("_", "-"), **kw)
+        group.add_argument(flag, **kw)
 
 
-def _parse_option(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise TsmixError(f"--mixer-option takes key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw  # a bare string
-    return key.strip(), value
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The ForecasterConfig flags of ``tsmix fit`` (and ``tsmix tune``'s shared ones)."""
+    group = parser.add_argument_group("hyper-parameters (ForecasterConfig fields; default = the config's)")
+    add_dataclass_flags(group, ForecasterConfig, SKIP)
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,7 +70,8 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(ForecasterConfig)}
     out = {k: v for k, v in vars(args).items() if k in names}
     if getattr(args, "mixer_option", None):
-        out["mixer_options"] = dict(_parse_option(t) for t in args.mixer_option)
+        mixer = out.get("mixer", ForecasterConfig.mixer)
+        out["mixer_options"] = parse_mixer_options(mixer, args.mixer_option)
     return out
 
 
@@ -175,17 +154,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from tsmix.forecasting.presets import PRESETS
+    from tsmix.forecasting.presets import preset_names
 
     p = sub.add_parser("fit", help="train a forecaster, evaluate on test, write a run directory",
                        description="Train, evaluate on the test split and save the run directory.")
     p.add_argument("--dataset", required=True, help="benchmark name (ETTh1, ...) or a .csv/.parquet path")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="start from a preset (explicit flags win)")
+    p.add_argument("--preset", choices=preset_names(), help="start from a preset (explicit flags win)")
     p.add_argument("--out", help="run directory (default runs/<data>-<model>-<mixer>-L-H-seed)")
     p.add_argument("--data-dir", help="folder holding the benchmark files (else $TSMIX_DATA_DIR, cache)")
     p.add_argument("--date-col", help="date column of a file (default: detected)")
     p.add_argument("--mixer-option", action="append", metavar="K=V",
-                   help="a mixer option (value parsed as JSON, else string); repeatable")
+                   help="a mixer option, typed by the mixer's options dataclass; repeatable "
+                        "(`tsmix mixers -v` lists them)")
     add_config_flags(p)
     from tsmix.tuning.cli import add_tracking_arguments
 

@@ -1,9 +1,10 @@
 """ForecasterConfig: every hyper-parameter of a forecasting run, flat and frozen.
 
-One dataclass is the single source of defaults: the Python API, the CLI flags and the
-presets all write onto it, ``asdict`` gives MLflow params and ``config.json``. Fields whose
-sensible value depends on the model (width, learning rate, schedule...) default to ``None``
-and :meth:`ForecasterConfig.resolved` fills them from :data:`MODEL_DEFAULTS`.
+One dataclass is the user-facing source of defaults: the Python API, the CLI flags (one per
+field, help from the field's ``metadata``) and the presets all write onto it, ``asdict`` gives
+MLflow params and ``config.json``. Fields whose sensible value depends on the model (width,
+learning rate, schedule...) default to ``None`` and :meth:`ForecasterConfig.resolved` fills
+them from the model's registration (its config dataclass and training defaults).
 """
 
 from __future__ import annotations
@@ -15,84 +16,92 @@ from typing import Any
 
 from tsmix.errors import TsmixError
 
-MODEL_NAMES = ("patchtst", "itransformer", "dlinear")
 FEATURES = ("M", "S", "MS")
 OPTIMIZERS = ("adam", "adamw")
 LR_SCHEDULES = ("type1", "type3", "onecycle", "constant")
 PROTOCOLS = ("fair", "paper")
 PADDINGS = ("end", "none")
 
-# Model-dependent defaults filled in by ``resolved()`` where a field is None. PatchTST's are
-# the official ETTh recipe (small and fast); iTransformer's the official ETT scripts' (2 layers,
-# width 128); DLinear's the ETTh1 script's. Architecture fields DLinear does not use stay None.
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "patchtst": dict(
-        d_model=16, heads=4, layers=3, d_ff=128, dropout=0.3, norm="batch", prenorm=False,
-        batch_size=128, lr=1e-4, lr_schedule="type3", patience=10,
-    ),
-    "itransformer": dict(
-        d_model=128, heads=8, layers=2, d_ff=128, dropout=0.1, norm="layer", prenorm=False,
-        batch_size=32, lr=1e-4, lr_schedule="type1", patience=3,
-    ),
-    "dlinear": dict(batch_size=32, lr=0.005, lr_schedule="type1", patience=3),
-}
+
+def _models() -> list[str]:
+    from tsmix.forecasting.registry import available_models
+
+    return available_models()
+
+
+def _f(default: Any = None, help: str = "", *, factory: Any = None, choices: Any = None) -> Any:
+    """A field whose ``metadata`` carries its CLI help and its choices (a tuple, or a function)."""
+    meta = {"help": help, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def choices_of(f: dataclasses.Field) -> tuple[str, ...] | None:
+    """The allowed values of a field, or None when any value of its type goes."""
+    c = f.metadata.get("choices")
+    return None if c is None else tuple(c() if callable(c) else c)
 
 
 @dataclass(frozen=True)
 class ForecasterConfig:
     # --- what to fit
-    model: str = "patchtst"  # patchtst | itransformer | dlinear
-    mixer: str = "softmax"  # any registered mixer name (tsmix.available_mixers())
-    mixer_options: dict = field(default_factory=dict)  # passed to build_mixer; JSON-serializable
-    lookback: int = 336  # L: input window length
-    horizon: int = 96  # H: steps to forecast
-    features: str = "M"  # M all->all, S target->target, MS all->target
-    target: str | None = None  # target column; None = "OT" if present else the last column
-    # --- encoder architecture (None = the model's default, see MODEL_DEFAULTS)
-    d_model: int | None = None  # token width
-    heads: int | None = None  # mixer heads
-    layers: int | None = None  # number of blocks
-    d_ff: int | None = None  # FFN hidden width
-    dropout: float | None = None  # embedding, residual-branch and FFN dropout
-    head_dropout: float = 0.0  # dropout before the linear head (PatchTST scripts: 0)
-    ffn: str = "gelu"  # block FFN kind (tsmix.block.FFNS)
-    norm: str | None = None  # block norm: PatchTST batch, iTransformer layer
-    prenorm: bool | None = None  # False = post-norm as both official encoders
-    patch_len: int = 16  # PatchTST patch length
-    stride: int = 8  # PatchTST patch stride
-    padding_patch: str = "end"  # "end": replicate the last value `stride` times (official)
-    revin: bool = True  # instance normalization of each window (RevIN / iTransformer use_norm)
-    revin_affine: bool = False  # learnable RevIN scale/shift (official scripts: off)
-    kernel_size: int = 25  # DLinear moving-average window (odd)
-    individual: bool = False  # DLinear: one linear layer per channel instead of shared
+    model: str = _f("patchtst", "a registered model (tsmix.available_models())", choices=_models)
+    mixer: str = _f("softmax", "any registered mixer name (tsmix.available_mixers())")
+    mixer_options: dict = _f(factory=dict, help="passed to build_mixer; JSON-serializable")
+    lookback: int = _f(336, "L: input window length")
+    horizon: int = _f(96, "H: steps to forecast")
+    features: str = _f("M", "M all->all, S target->target, MS all->target", choices=FEATURES)
+    target: str | None = _f(None, "target column; None = \"OT\" if present else the last column")
+    # --- architecture (None = the model's default: its config dataclass)
+    d_model: int | None = _f(None, "token width")
+    heads: int | None = _f(None, "mixer heads")
+    layers: int | None = _f(None, "number of blocks")
+    d_ff: int | None = _f(None, "FFN hidden width")
+    dropout: float | None = _f(None, "embedding, residual-branch and FFN dropout")
+    head_dropout: float = _f(0.0, "dropout before the linear head (PatchTST scripts: 0)")
+    ffn: str = _f("gelu", "block FFN kind (tsmix.block.FFNS)")
+    norm: str | None = _f(None, "block norm: PatchTST batch, iTransformer layer")
+    prenorm: bool | None = _f(None, "False = post-norm as both official encoders")
+    patch_len: int = _f(16, "PatchTST patch length")
+    stride: int = _f(8, "PatchTST patch stride")
+    padding_patch: str = _f(
+        "end", "\"end\": replicate the last value `stride` times (official)", choices=PADDINGS
+    )
+    revin: bool = _f(True, "instance normalization of each window (RevIN / iTransformer use_norm)")
+    revin_affine: bool = _f(False, "learnable RevIN scale/shift (official scripts: off)")
+    kernel_size: int = _f(25, "DLinear moving-average window (odd)")
+    individual: bool = _f(False, "DLinear: one linear layer per channel instead of shared")
     # --- training
-    epochs: int = 10  # maximum epochs
-    batch_size: int | None = None  # training batch size
-    lr: float | None = None  # peak learning rate
-    optimizer: str = "adam"  # adam | adamw
-    weight_decay: float = 0.0  # decoupled for adamw, L2 for adam
-    lr_schedule: str | None = None  # type1 (x0.5/epoch) | type3 | onecycle (per batch) | constant
-    pct_start: float = 0.3  # onecycle warm-up fraction (official default 0.3; ETTm scripts 0.4)
-    first_epoch_lr_scale: float = 1.0  # lr factor in epoch 1 (official PatchTST: 1/25, see presets)
-    patience: int | None = None  # early stopping on validation loss; best weights restored
-    grad_clip: float | None = None  # max global grad norm; None = no clipping (official)
-    drop_last: bool = True  # drop the last partial training batch (official loaders do)
-    seed: int = 2021  # torch/numpy/python seeds and the shuffling generator
-    device: str = "auto"  # auto (cuda if present else cpu) | cpu | cuda | cuda:N | mps
-    threads: int | None = None  # torch.set_num_threads when given
+    epochs: int = _f(10, "maximum epochs")
+    batch_size: int | None = _f(None, "training batch size")
+    lr: float | None = _f(None, "peak learning rate")
+    optimizer: str = _f("adam", "adam | adamw", choices=OPTIMIZERS)
+    weight_decay: float = _f(0.0, "decoupled for adamw, L2 for adam")
+    lr_schedule: str | None = _f(
+        None, "type1 (x0.5/epoch) | type3 | onecycle (per batch) | constant", choices=LR_SCHEDULES
+    )
+    pct_start: float = _f(0.3, "onecycle warm-up fraction (official default 0.3; ETTm scripts 0.4)")
+    first_epoch_lr_scale: float = _f(1.0, "lr factor in epoch 1 (official PatchTST: 1/25, see presets)")
+    patience: int | None = _f(None, "early stopping on validation loss; best weights restored")
+    grad_clip: float | None = _f(None, "max global grad norm; None = no clipping (official)")
+    drop_last: bool = _f(True, "drop the last partial training batch (official loaders do)")
+    seed: int = _f(2021, "torch/numpy/python seeds and the shuffling generator")
+    device: str = _f("auto", "auto (cuda if present else cpu) | cpu | cuda | cuda:N | mps")
+    threads: int | None = _f(None, "torch.set_num_threads when given")
     # --- evaluation
-    eval_protocol: str = "fair"  # fair: every test window; paper: drop last partial test batch
-    test_batch_size: int | None = None  # paper protocol batch size; None = batch_size
-    progress: bool = True  # tqdm progress bar
+    eval_protocol: str = _f(
+        "fair", "fair: every test window; paper: drop last partial test batch", choices=PROTOCOLS
+    )
+    test_batch_size: int | None = _f(None, "paper protocol batch size; None = batch_size")
+    progress: bool = _f(True, "tqdm progress bar")
 
     def __post_init__(self) -> None:
-        _choice("model", self.model, MODEL_NAMES)
-        _choice("features", self.features, FEATURES)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("eval_protocol", self.eval_protocol, PROTOCOLS)
-        _choice("padding_patch", self.padding_patch, PADDINGS)
-        if self.lr_schedule is not None:
-            _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        for f in dataclasses.fields(self):
+            allowed = choices_of(f)
+            value = getattr(self, f.name)
+            if allowed is not None and value is not None:
+                _choice(f.name, value, allowed)
         if not isinstance(self.mixer_options, dict):
             raise TsmixError(f"mixer_options must be a dict, got {type(self.mixer_options).__name__}")
         try:
@@ -120,14 +129,21 @@ class ForecasterConfig:
                 raise TsmixError(f"{name} must be in [0, 1), got {v!r}")
         if self.kernel_size % 2 == 0:
             raise TsmixError(f"kernel_size must be odd (centred moving average), got {self.kernel_size}")
-        if self.model == "patchtst" and self.patch_len > self.lookback:
-            raise TsmixError(
-                f"patch_len {self.patch_len} is longer than lookback {self.lookback}; lower --patch-len"
-            )
+        spec = self.model_spec()
+        spec.make_config(self._values(spec.fill(self._values())))  # the model's own checks
+
+    def _values(self, fill: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, **(fill or {})}
+
+    def model_spec(self) -> Any:
+        """The registration record of ``self.model`` (tsmix.forecasting.registry.ModelSpec)."""
+        from tsmix.forecasting.registry import model_spec
+
+        return model_spec(self.model)
 
     def resolved(self) -> ForecasterConfig:
-        """A copy with every ``None`` model-dependent field set from MODEL_DEFAULTS."""
-        fill = {k: v for k, v in MODEL_DEFAULTS[self.model].items() if getattr(self, k) is None}
+        """A copy with every ``None`` model-dependent field set from the model's defaults."""
+        fill = self.model_spec().fill(self._values())
         if self.test_batch_size is None:
             fill["test_batch_size"] = fill.get("batch_size", self.batch_size)
         return dataclasses.replace(self, **fill)

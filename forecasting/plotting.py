@@ -1,4 +1,4 @@
-"""Forecast-versus-truth plot (PNG) without touching matplotlib's global backend.
+"""Forecast-versus-truth plots (PNG) without touching matplotlib's global backend.
 
 The x axis is the step offset from the forecast origin (its timestamp in the label): date
 tick locators cost more than the whole drawing, and a run writes this plot on every save.
@@ -7,9 +7,12 @@ tick locators cost more than the whole drawing, and a run writes this plot on ev
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from tsmix.errors import TsmixError
 
 
 def plot_window(
@@ -43,3 +46,25 @@ def plot_window(
     path = Path(path)
     fig.savefig(path, format="png")
     return path
+
+
+def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test",
+                     channel: str | None = None) -> Path:
+    """PNG of the last window of ``split`` for a fitted forecaster ``f`` (a ``Fitted``)."""
+    from tsmix.forecasting.fitted import forecast_window
+
+    channel = channel or (f.target if f.target in f.out_columns else f.out_columns[0])
+    if channel not in f.out_columns:
+        raise TsmixError(f"channel {channel!r} is not forecast; choose one of {f.out_columns}")
+    _, b = prepared.borders[split]
+    L, H = f.config.lookback, f.config.horizon
+    raw, ts = prepared.series.values, prepared.series.timestamps
+    s = b - L - H  # the last window of the split
+    pred = forecast_window(f, raw[s : s + L])[:, f.out_columns.index(channel)]
+    c = f.columns.index(channel)
+    return plot_window(
+        path, ts[s : s + L], raw[s : s + L, c], ts[s + L : s + L + H], raw[s + L : s + L + H, c], pred,
+        title=f"{prepared.series.name} {split}: {f.config.model}/{f.config.mixer} "
+              f"L={L} H={H}, channel {channel}",
+        ylabel=channel,
+    )

@@ -30,7 +30,7 @@ def add_tracking_arguments(p: argparse.ArgumentParser, *, default_experiment: st
                    help="MLflow experiment name" + (f" (default {default_experiment})" if default_experiment
                                                     else " (default: the study name)"))
     g.add_argument("--register-as", default=None, metavar="NAME",
-                   help="register the model under NAME in the MLflow model registry")
+                   help="register the model under NAME in the MLflow model registry (default: none)")
     g.add_argument("--alias", default="champion",
                    help="alias set on the registered version (default champion)")
 
@@ -65,32 +65,48 @@ def add_commands(sub: Any) -> None:
         description="One worker of an Optuna study over Forecaster configs. Start several on the same "
                     "--storage and --study to share the work; together they run exactly --trials trials.",
     )
-    p.add_argument("--dataset", required=True, help="benchmark name (ETTh1, ...) or a CSV/parquet path")
-    p.add_argument("--data-dir", default=None, help="folder holding the benchmark files")
-    p.add_argument("--model", default="patchtst", help="patchtst | itransformer | dlinear")
+    p.add_argument("--dataset", default=None,
+                   help="benchmark name (ETTh1, ...) or a CSV/parquet path (required unless --show-space)")
+    p.add_argument("--data-dir", default=None,
+                   help="folder holding the benchmark files (default: $TSMIX_DATA_DIR, then the user cache)")
+    p.add_argument("--model", default="patchtst", help="patchtst | itransformer | dlinear (default patchtst)")
     p.add_argument("--mixers", default="softmax",
-                   help="comma-separated mixers to choose from (tsmix mixers lists them); ignored by dlinear")
-    p.add_argument("--trials", type=int, default=20, help="total COMPLETE+PRUNED trials of the study")
+                   help="comma-separated mixers to choose from (tsmix mixers lists them); ignored by dlinear "
+                        "(default softmax)")
+    p.add_argument("--trials", type=int, default=20,
+                   help="total COMPLETE+PRUNED trials of the study, over all workers (default 20)")
     p.add_argument("--timeout", type=float, default=None,
-                   help="seconds after which this worker starts no new trial")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lookback", type=int, default=336)
-    p.add_argument("--horizon", type=int, default=96)
-    p.add_argument("--features", default="M", choices=("M", "S", "MS"))
+                   help="seconds after which this worker starts no new trial (default: no limit)")
+    p.add_argument("--epochs", type=int, default=10, help="maximum epochs of each trial (default 10)")
+    p.add_argument("--lookback", type=int, default=336, help="input window length (default 336)")
+    p.add_argument("--horizon", type=int, default=96, help="steps to forecast (default 96)")
+    p.add_argument("--features", default="M", choices=("M", "S", "MS"),
+                   help="M all->all, S target->target, MS all->target (default M)")
     p.add_argument("--storage", default=None,
                    help="sqlite:///optuna.db (default), journal:PATH, or postgresql+psycopg2://user@host/db")
-    p.add_argument("--study", default="tsmix", help="study name (rerunning continues it)")
-    p.add_argument("--seed", type=int, default=2021, help="TPE sampler seed (trial k uses seed+k)")
-    p.add_argument("--pruner", default="median", choices=("median", "hyperband", "none"))
-    p.add_argument("--heartbeat", type=int, default=60, help="seconds between heartbeats of a running trial")
+    p.add_argument("--study", default="tsmix", help="study name; rerunning continues it (default tsmix)")
+    p.add_argument("--seed", type=int, default=2021,
+                   help="TPE sampler seed; trial k uses seed+k (default 2021)")
+    p.add_argument("--pruner", default="median", choices=("median", "hyperband", "none"),
+                   help="stop weak trials early on their validation loss; median prunes only after 5 "
+                        "finished trials, and never at the last epoch (default median)")
+    p.add_argument("--heartbeat", type=int, default=60,
+                   help="seconds between heartbeats of a running trial (default 60)")
     p.add_argument("--grace", type=int, default=None,
                    help="seconds without heartbeat before a trial counts as dead (default 2x heartbeat)")
     p.add_argument("--retry-stale", type=int, default=0, metavar="N",
-                   help="re-queue a dead worker's trial up to N times (default: only mark it failed)")
+                   help="re-queue a dead worker's trial up to N times (default 0: only mark it failed)")
     p.add_argument("--out", default=None, help="folder for the refit run directory (default tsmix-runs)")
     p.add_argument("--no-refit", action="store_true", help="do not refit the best trial at the end")
     p.add_argument("--set", dest="fixed", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                   help="hold a Forecaster hyper-parameter fixed, e.g. --set batch_size=64 (repeatable)")
+                   help="hold a Forecaster hyper-parameter fixed, e.g. --set batch_size=64 (repeatable); "
+                        "it leaves the search space and every trial trains with it")
+    p.add_argument("--space", default=None, metavar="FILE",
+                   help="a .json/.yaml file of Optuna distributions by name, e.g. "
+                        '{"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": true}}, overriding or '
+                        "extending the model's space (default: the built-in space)")
+    p.add_argument("--show-space", action="store_true",
+                   help="print the effective search space (after --set and --space) as JSON and exit")
     p.add_argument("--quiet", action="store_true", help="only print the summary")
     add_tracking_arguments(p, default_experiment=None, optional=False)
     p.set_defaults(func=_tune)
@@ -101,30 +117,42 @@ def _tune(args: argparse.Namespace) -> int:
 
     import optuna
 
-    from tsmix.tuning.study import run_study
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per event
     fixed = dict(args.fixed)
     if "features" in fixed:
         raise TsmixError("use --features, not --set features=...")
+    mixers = [m for m in args.mixers.split(",") if m.strip()]
+    if args.show_space:
+        from tsmix.tuning import spaces
+        from tsmix.tuning.study import make_search
+
+        search = make_search(args.model, spaces.check_mixers(mixers), fixed, args.space)
+        print(json.dumps(search.describe(), indent=2, sort_keys=True, default=str))
+        return 0
+    if not args.dataset:
+        raise TsmixError("--dataset is required (a benchmark name such as ETTh1, or a CSV/parquet path)")
+    from tsmix.tuning.study import run_study
+
     result = run_study(
-        args.dataset, model=args.model, mixers=[m for m in args.mixers.split(",") if m.strip()],
+        args.dataset, model=args.model, mixers=mixers,
         trials=args.trials, timeout=args.timeout, epochs=args.epochs, lookback=args.lookback,
         horizon=args.horizon, storage=args.storage, study=args.study, tracking_uri=args.tracking_uri,
         experiment=args.experiment, register_as=args.register_as, alias=args.alias, seed=args.seed,
         pruner=args.pruner, heartbeat=args.heartbeat, grace=args.grace, retry_stale=args.retry_stale,
         data_dir=args.data_dir, refit=not args.no_refit, out_dir=args.out, verbose=not args.quiet,
-        features=args.features, **fixed,
+        features=args.features, space=args.space, **fixed,
     )
     print(f"study {result.study}: {result.complete} complete, {result.pruned} pruned, {result.failed} failed "
           f"of {result.trials}; this worker ran {len(result.ran)}")
     if result.best_trial is not None:
         print(f"best trial {result.best_trial}: val_mse {result.best_value:.6g}")
-        print("best params: " + json.dumps(result.best_params, sort_keys=True))
+        print("best params: " + json.dumps(result.best_params, sort_keys=True, default=str))
     if result.refit is not None:
         r = result.refit
         print(f"refit: {r.out_dir} (MLflow run {r.run_id}, model {r.model_uri})")
         if r.registered_name:
             print(f"registered: models:/{r.registered_name}@{r.alias} (version {r.version})")
+    elif result.model_uri:
+        print(f"champion: {result.model_uri} (the best trial is unchanged; not refit again)")
     return 0

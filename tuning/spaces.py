@@ -1,11 +1,13 @@
-"""Search spaces: one ``space(trial) -> dict`` per model, one per mixer (from the registry).
+"""Search spaces: one ``space(trial) -> dict`` per model, one per mixer (both from registries).
 
-A model space returns keyword arguments of :class:`tsmix.forecasting.Forecaster`. Mixer
-spaces live beside their mixers (``@register_mixer(..., space=fn)``) and are found only
-through :func:`tsmix.registry.mixer_spec`, so a new mixer brings its own space. The mixer
-itself is a categorical choice (``"mixer"``) when more than one is offered; a mixer's
-parameters are prefixed by its name (``"softmax.dropout"``), so conditional branches never
-share a name and TPE models each one separately.
+A model space returns keyword arguments of :class:`tsmix.forecasting.Forecaster`; it is
+registered with its model (``@register_model(..., space=fn)``) and found only through
+:func:`tsmix.forecasting.registry.model_spec`. Mixer spaces live beside their mixers
+(``@register_mixer(..., space=fn)``) and are found through :func:`tsmix.registry.mixer_spec`,
+so a new model or mixer brings its own space. The mixer itself is a categorical choice
+(``"mixer"``) when more than one is offered; a mixer's parameters are prefixed by its name
+(``"softmax.dropout"``), so conditional branches never share a name and TPE models each one
+separately.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tsmix.errors import TsmixError
+from tsmix.forecasting.registry import available_models, model_spec
+from tsmix.forecasting.spaces import encoder_space, training_space
 from tsmix.registry import available_mixers, mixer_options, mixer_spec
 
 SpaceFn = Callable[[Any], dict[str, Any]]  # optuna.Trial -> Forecaster keyword arguments
@@ -26,64 +30,16 @@ class ModelSpace:
     uses_mixer: bool  # False: the model has no token mixer (DLinear), no mixer is searched
 
 
-def training_space(trial) -> dict[str, Any]:
-    """What every model trains with: learning rate and batch size."""
-    return {
-        "lr": trial.suggest_float("lr", 1e-4, 1e-2, log=True),
-        "batch_size": trial.suggest_categorical("batch_size", [16, 32, 64]),
-    }
-
-
-def dlinear_space(trial) -> dict[str, Any]:
-    return {
-        **training_space(trial),
-        # odd kernels: the moving average stays centred
-        "kernel_size": trial.suggest_categorical("kernel_size", [13, 25, 37]),
-        "individual": trial.suggest_categorical("individual", [False, True]),
-    }
-
-
-def _encoder_space(trial) -> dict[str, Any]:
-    d_model = trial.suggest_categorical("d_model", [16, 32, 64, 128])
-    return {
-        **training_space(trial),
-        "d_model": d_model,
-        "heads": trial.suggest_categorical("heads", [2, 4, 8]),  # every choice divides d_model
-        "layers": trial.suggest_int("layers", 1, 3),
-        "d_ff": d_model * trial.suggest_categorical("ff_ratio", [2, 4]),
-        "dropout": trial.suggest_float("dropout", 0.0, 0.3),
-    }
-
-
-def patchtst_space(trial) -> dict[str, Any]:
-    patch_len = trial.suggest_categorical("patch_len", [8, 16])  # both fit a lookback >= 16
-    return {**_encoder_space(trial), "patch_len": patch_len, "stride": patch_len // 2}
-
-
-def itransformer_space(trial) -> dict[str, Any]:
-    return _encoder_space(trial)
-
-
-MODEL_SPACES: dict[str, ModelSpace] = {
-    "dlinear": ModelSpace(dlinear_space, uses_mixer=False),
-    "patchtst": ModelSpace(patchtst_space, uses_mixer=True),
-    "itransformer": ModelSpace(itransformer_space, uses_mixer=True),
-}
-
-
-def register_model_space(name: str, fn: SpaceFn, uses_mixer: bool = True) -> None:
-    """Search space of a model added to ``tsmix.forecasting.MODELS`` later."""
-    MODEL_SPACES[name] = ModelSpace(fn, uses_mixer)
-
-
 def model_space(model: str) -> ModelSpace:
-    try:
-        return MODEL_SPACES[model]
-    except KeyError:
+    """The search space registered with ``model`` (TsmixError when it has none)."""
+    spec = model_spec(model) if model in available_models() else None
+    if spec is None or spec.space is None:
+        tunable = [m for m in available_models() if model_spec(m).space is not None]
         raise TsmixError(
-            f"no search space for model {model!r}; spaces exist for {', '.join(sorted(MODEL_SPACES))} "
-            f"(add one with tsmix.tuning.spaces.register_model_space)"
-        ) from None
+            f"no search space for model {model!r}; spaces exist for {', '.join(tunable)} "
+            f"(register one with @register_model(..., space=fn))"
+        )
+    return ModelSpace(spec.space, spec.uses_mixer)
 
 
 def check_mixers(mixers: Sequence[str]) -> tuple[str, ...]:
@@ -113,3 +69,7 @@ def suggest(trial, model: str, mixers: Sequence[str]) -> dict[str, Any]:
         name, options = mixer_space(trial, mixers)
         params.update(mixer=name, mixer_options=options)
     return params
+
+
+__all__ = ["ModelSpace", "SpaceFn", "check_mixers", "encoder_space", "mixer_space", "model_space", "suggest",
+           "training_space"]

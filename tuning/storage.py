@@ -3,7 +3,7 @@
 A study may be worked on by many ``tsmix tune`` processes at once. Three things make that
 safe, whatever the backend:
 
-* a **claim lock** (``flock`` on a file next to sqlite/journal files, ``pg_advisory_lock``
+* a **claim lock** (``filelock`` on a file next to sqlite/journal files, ``pg_advisory_lock``
   on PostgreSQL) held while a worker counts the trials and asks for a new one, so N workers
   together run exactly ``trials`` trials, never one more;
 * a **heartbeat** per running trial (Optuna's own for RDB storages; a system attribute for
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 import time
 import warnings
@@ -33,6 +32,7 @@ from tsmix.errors import TsmixError
 
 DEFAULT_STORAGE = "sqlite:///optuna.db"  # relative: the working directory
 JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")  # a bare path with these is a journal file
+LOCK_SUFFIX = ".tsmix-lock"  # claim-lock file beside a sqlite/journal file (ignored by git)
 HEARTBEAT_ATTR = "tsmix:heartbeat"  # journal storages: unix time of the last heartbeat
 
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
@@ -112,15 +112,10 @@ class StudyStorage:
             yield from self._file_lock()
 
     def _file_lock(self) -> Iterator[None]:
-        import fcntl  # POSIX; sqlite and journal files are local (or NFS with lockd) anyway
+        from filelock import FileLock  # an OS lock: released by the kernel if the process dies
 
-        fd = os.open(self.target + ".tsmix-lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if the process dies
+        with FileLock(self.target + LOCK_SUFFIX):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def _pg_lock(self, study_name: str) -> Iterator[None]:
         from sqlalchemy import create_engine, text
@@ -138,6 +133,11 @@ class StudyStorage:
                 conn.commit()
 
     # ---- heartbeat ------------------------------------------------------------------
+    def trial_id(self, study_name: str, number: int) -> int:
+        """The storage id of trial ``number`` of a study (Optuna's public storage API)."""
+        study_id = self.optuna.get_study_id_from_name(study_name)
+        return self.optuna.get_trial_id_from_study_id_trial_number(study_id, number)
+
     def beat(self, trial_id: int) -> None:
         """Record that the trial's worker is alive."""
         if self.kind == "journal":
@@ -183,18 +183,20 @@ class StudyStorage:
 
     def _fail_stale_journal(self, study: optuna.Study) -> None:
         now = time.time()
+        study_id = self.optuna.get_study_id_from_name(study.study_name)
         for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
             last = t.system_attrs.get(HEARTBEAT_ATTR)
             if last is None and t.datetime_start is not None:
                 last = t.datetime_start.timestamp()
             if last is None or now - float(last) <= self.grace:
                 continue
+            trial_id = self.optuna.get_trial_id_from_study_id_trial_number(study_id, t.number)
             try:
-                self.optuna.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+                self.optuna.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except UpdateFinishedTrialError:  # another worker failed it first
                 continue
             if self.on_stale is not None:
-                self.on_stale(study, self.optuna.get_trial(t._trial_id))
+                self.on_stale(study, self.optuna.get_trial(trial_id))
 
     def close(self) -> None:
         if self._engine is not None:
@@ -225,8 +227,11 @@ def open_storage(
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
-        if not Path(target).parent.is_dir():
-            raise TsmixError(f"journal folder {Path(target).parent} does not exist; create it first")
+        try:  # a journal is a plain file: its folder is made like the file itself
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TsmixError(f"cannot create the journal folder {Path(target).parent}: {exc.strerror}; "
+                             f"fix --storage") from exc
         storage = JournalStorage(JournalFileBackend(target))
         return StudyStorage(kind, url, target, storage, heartbeat, grace, on_stale=on_stale)
 

@@ -55,11 +55,9 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri
 
 
-def check_tracking(uri: str | None, experiment: str = DEFAULT_EXPERIMENT) -> tuple[str, str]:
-    """``(uri, experiment_id)`` once the tracking store answered; TsmixError otherwise.
-
-    Called before any training so a wrong ``--tracking-uri`` costs nothing.
-    """
+def validate_tracking_uri(uri: str | None) -> str:
+    """The resolved URI once it looks usable (an http server answers ``/health``, a sqlite
+    database's folder exists); creates nothing, so it can run before anything is written."""
     uri = resolve_tracking_uri(uri)
     if uri.startswith(("http://", "https://")):
         _check_http(uri)
@@ -69,19 +67,35 @@ def check_tracking(uri: str | None, experiment: str = DEFAULT_EXPERIMENT) -> tup
             raise TsmixError(
                 f"tracking database folder {folder} does not exist; create it or fix --tracking-uri"
             )
+    return uri
+
+
+def check_tracking(uri: str | None, experiment: str = DEFAULT_EXPERIMENT) -> tuple[str, str]:
+    """``(uri, experiment_id)`` once the tracking store answered; TsmixError otherwise.
+
+    Called before any training so a wrong ``--tracking-uri`` costs nothing. A sqlite store is
+    created under a file lock: workers started together must not create its tables twice.
+    """
+    uri = validate_tracking_uri(uri)
+    lock = contextlib.nullcontext()
+    if uri.startswith("sqlite:///"):
+        from filelock import FileLock
+
+        lock = FileLock(uri[len("sqlite:///") :] + ".tsmix-lock")
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     try:
-        client = MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            try:
-                return uri, client.create_experiment(experiment)
-            except MlflowException:  # another worker created it meanwhile
-                exp = client.get_experiment_by_name(experiment)
-                if exp is None:
-                    raise
+        with lock:
+            client = MlflowClient(tracking_uri=uri)
+            exp = client.get_experiment_by_name(experiment)  # creates a fresh sqlite store's tables
+            if exp is None:
+                try:
+                    return uri, client.create_experiment(experiment)
+                except MlflowException:  # another worker (on a server) created it meanwhile
+                    exp = client.get_experiment_by_name(experiment)
+                    if exp is None:
+                        raise
         if exp.lifecycle_stage != "active":
             raise TsmixError(
                 f"MLflow experiment {experiment!r} is deleted at {uri}; restore it or pick another name"
@@ -119,9 +133,9 @@ def using_tracking(uri: str) -> Iterator[None]:
     import os
 
     import mlflow
-    from mlflow.tracking._tracking_service import utils as tracking_utils
+    from mlflow.tracking import is_tracking_uri_set
 
-    prev = tracking_utils._tracking_uri  # None = "not set": restoring must not pin a default
+    prev = mlflow.get_tracking_uri() if is_tracking_uri_set() else None  # None: restoring pins no default
     prev_env = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     try:
@@ -145,9 +159,27 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+RUNTIME_PARAMS = ("progress", "threads")  # how a fit runs, not what it is: not logged as params
+
+
 def config_params(forecaster: Any) -> dict[str, Any]:
-    """The forecaster's hyper-parameters, flattened, with mixer options as ``mixer_options.X``."""
-    return flatten(forecaster.get_params())
+    """The forecaster's hyper-parameters, flattened (mixer options as ``mixer_options.X``),
+    without runtime settings, and without the mixer for a model that has none (DLinear)."""
+    params = {k: v for k, v in forecaster.get_params().items() if k not in RUNTIME_PARAMS}
+    if not uses_mixer(params["model"]):
+        params.pop("mixer", None)
+        params.pop("mixer_options", None)
+    return flatten(params)
+
+
+def uses_mixer(model: str) -> bool:
+    """Whether ``model`` has a token mixer (its search space says so; unknown models keep the mixer)."""
+    from tsmix.tuning.spaces import model_space
+
+    try:
+        return model_space(model).uses_mixer
+    except TsmixError:
+        return True
 
 
 _BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-./ :]")
@@ -176,6 +208,14 @@ def fit_metrics(forecaster: Any) -> dict[str, float]:
     for k, v in numeric(forecaster.mixer_diagnostics()).items():
         m[metric_name(f"diag.{k}")] = v
     return m
+
+
+def validation_metrics(forecaster: Any) -> dict[str, float]:
+    """:func:`fit_metrics` without anything measured on the test split (what a tuning trial logs:
+    selection must never see the test set)."""
+    test = (*TEST_METRICS.values(), "test_windows")
+    return {k: v for k, v in fit_metrics(forecaster).items()
+            if k not in test and not k.startswith("per_channel.")}
 
 
 class EpochLogger:
@@ -233,11 +273,15 @@ def track_fit(
     parent_run_id: str | None = None,
     tags: Mapping[str, str] | None = None,
     callbacks: tuple[Callable[[int, dict], None], ...] = (),
+    lineage: Any = None,
+    version_tags: Mapping[str, str] | None = None,
 ) -> TrackedRun:
     """Fit ``forecaster`` on ``data`` and track everything in MLflow (see the module doc).
 
     ``out_dir``: where the run directory is saved first (default ``tsmix-runs/<run id>``).
-    ``register_as``: registered model name; ``alias`` then points at the new version.
+    ``register_as``: registered model name; ``alias`` then points at the new version, which
+    gets a description and tags (data, window, metrics, commit, versions, ``version_tags``).
+    ``lineage``: a :class:`tsmix.tuning.lineage.DataLineage` logged as the run's input.
     """
     import mlflow
 
@@ -261,6 +305,10 @@ def track_fit(
                 raise TsmixError(
                     f"logging to MLflow at {uri} failed before training: {_first_line(exc)}"
                 ) from exc
+            if lineage is not None:
+                from tsmix.tuning.lineage import log_lineage
+
+                log_lineage(lineage, "training")
             live = EpochLogger()
             forecaster.fit(data, data_dir=data_dir, date_col=date_col, callbacks=(live, *callbacks))
             out = forecaster.save(out_dir or Path(DEFAULT_OUT).resolve() / run_id)  # local copy first
@@ -268,7 +316,9 @@ def track_fit(
                 info = _log_results(forecaster, data, out, live, register_as, data_dir, date_col)
                 version = None if info is None else info.registered_model_version
                 if register_as:
-                    mlflow.MlflowClient().set_registered_model_alias(register_as, alias, str(version))
+                    client = mlflow.MlflowClient()
+                    describe_version(client, register_as, str(version), forecaster, data, version_tags)
+                    client.set_registered_model_alias(register_as, alias, str(version))
             except Exception as exc:
                 raise TsmixError(
                     f"the model is trained and saved in {out}, but logging it to MLflow at {uri} failed: "
@@ -305,3 +355,33 @@ def _log_results(
     return log_forecaster(
         forecaster, out, data, data_dir=data_dir, date_col=date_col, registered_model_name=register_as
     )
+
+
+def describe_version(client: Any, name: str, version: str, forecaster: Any, data: Any,
+                     extra: Mapping[str, str] | None = None) -> None:
+    """Description and tags of a registered version: what it forecasts and how well."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    from tsmix.provenance import git_commit
+
+    cfg, m = forecaster.config, forecaster.metrics_
+    try:
+        tsmix_version = dist_version("tsmix")
+    except PackageNotFoundError:
+        tsmix_version = "unknown"
+    dataset = str(data) if isinstance(data, (str, Path)) else "frame"
+    tags = {"dataset": dataset, "model": cfg.model, "lookback": str(cfg.lookback),
+            "horizon": str(cfg.horizon), "features": cfg.features, "val_mse": f"{m['val_mse']:.6g}",
+            "test_mse": f"{m['mse']:.6g}", "commit": git_commit(), "tsmix_version": tsmix_version,
+            **dict(extra or {})}
+    what = cfg.model
+    if uses_mixer(cfg.model):
+        tags["mixer"] = cfg.mixer
+        what += f" ({cfg.mixer})"
+    client.update_model_version(name, version, description=(
+        f"{what} on {dataset}: lookback {cfg.lookback}, horizon {cfg.horizon}, features {cfg.features}; "
+        f"val MSE {m['val_mse']:.4g}, test MSE {m['mse']:.4g} (normalized scale); "
+        f"tsmix {tsmix_version}, commit {tags['commit']}"))
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)

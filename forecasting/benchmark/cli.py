@@ -28,7 +28,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--datasets", nargs="+",
                    help="replace the suite's datasets (ETTh1 ETTh2 ETTm1 ETTm2 Weather)")
     p.add_argument("--horizons", nargs="+", type=int, help="replace the suite's horizons")
-    p.add_argument("--models", nargs="+", help="subset of dlinear patchtst itransformer")
+    p.add_argument("--models", nargs="+",
+                   help="subset of the registered models (tsmix.forecasting.available_models())")
     p.add_argument("--mixers", nargs="+", help="mixers (default: every registered mixer)")
     p.add_argument("--seeds", nargs="+", type=int, help="replace the suite's seeds (default 2021 2022 2023)")
     p.add_argument("--results", default=DEFAULT_RESULTS, help=f"results folder (default {DEFAULT_RESULTS})")
@@ -137,7 +138,7 @@ def _benchmark(args: argparse.Namespace) -> int:
           f"({out['done_before']} were already stored); {len(out['failed'])} failed")
     for label, msg in out["failed"]:
         print(f"  FAILED {label}: {msg}")
-    if not args.no_report:
+    if not args.no_report and ResultStore(args.results).rows(suite.name):  # nothing stored: no report
         files = write_report(args.results, suite.name, tracking_uri=args.tracking_uri)
         print("report: " + ", ".join(str(p) for p in files.values()))
     return 1 if out["failed"] else 0
@@ -156,7 +157,13 @@ def _parse_part(text: str | None) -> tuple[int, int] | None:
 def _report(args: argparse.Namespace) -> int:
     from .report import write_report
 
-    notes = Path(args.notes).read_text() if args.notes else ""
+    notes = ""
+    if args.notes:
+        try:
+            notes = Path(args.notes).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TsmixError(f"cannot read --notes {args.notes}: {exc.strerror or exc}; pass a markdown "
+                             "file") from None
     files = write_report(args.results, args.suite, out_dir=args.out, notes=notes,
                          tracking_uri=args.tracking_uri)
     print("report: " + ", ".join(str(p) for p in files.values()))

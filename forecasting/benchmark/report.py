@@ -21,18 +21,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tsmix.errors import TsmixError
+from tsmix.provenance import git_commit
+
 from .published import TABLE_REFERENCES, average, counterpart, lookup
 from .store import ResultStore
 from .suites import ALL_DATASETS, ALL_MODELS, NO_MIXER
+from .tracking import benchmark_run
 
 GROUP = ("suite", "dataset", "model", "mixer", "lookback", "horizon")
 METRICS = ("mse", "mae", "mse_paper", "mae_paper", "val_mse", "train_seconds", "cpu_seconds", "epochs")
-
-
-def commit_label() -> str:
-    from .runner import git_commit
-
-    return git_commit()
 
 
 def _mean_std(vals: Sequence[float]) -> tuple[float | None, float | None]:
@@ -290,14 +288,31 @@ def plot_report(groups: list[dict[str, Any]], out_dir: str | Path, suite: str) -
 
 # ---------------------------------------------------------------- entry point
 
+def stored_rows(results: str | Path, suite: str) -> list[dict[str, Any]]:
+    """The rows of ``suite`` under ``results``; TsmixError when there is nothing to report (no
+    folder, or no row of that suite): an empty report would look like a finished one."""
+    root = Path(results)
+    if not root.is_dir():
+        raise TsmixError(f"results folder {root} does not exist; pass the --results folder tsmix benchmark "
+                         "wrote to")
+    rows = ResultStore(root).rows(suite)
+    if not rows:
+        found = sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.csv")))
+        raise TsmixError(f"no result rows of suite {suite!r} in {root}; run tsmix benchmark --suite {suite} "
+                         f"first or pick a stored suite ({', '.join(found) or 'none stored'})")
+    return rows
+
+
 def write_report(results: str | Path, suite: str, out_dir: str | Path | None = None, notes: str = "",
                  tracking_uri: str | None = None, plots: bool = True) -> dict[str, Path]:
     """Render README.md, summary.csv and plots for ``suite`` from the rows under ``results``
     (into ``RESULTS/SUITE`` unless ``out_dir``); a NOTES.md there is linked from the README."""
     from .suites import SUITES
 
-    rows = ResultStore(results).rows(suite)
+    rows = stored_rows(results, suite)
     out = Path(out_dir) if out_dir else Path(results) / suite
+    if out.exists() and not out.is_dir():
+        raise TsmixError(f"report folder {out} is a file; pass another --out")
     if not notes and suite in SUITES:
         notes = f"Suite `{suite}`: {SUITES[suite].description}."
         if (out / "NOTES.md").exists():  # hand-written context kept beside the generated report
@@ -321,10 +336,8 @@ def log_report_mlflow(files: dict[str, Path], groups: list[dict[str, Any]], suit
                       tracking_uri: str) -> None:
     import mlflow  # lazy: only when a tracking URI is given
 
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_experiment(f"tsmix-benchmark-{suite}")
-    with mlflow.start_run(run_name=f"report-{suite}"):
-        mlflow.log_params({"suite": suite, "groups": len(groups), "commit": commit_label()})
+    with benchmark_run(tracking_uri, f"tsmix-benchmark-{suite}", f"report-{suite}"):
+        mlflow.log_params({"suite": suite, "groups": len(groups), "commit": git_commit()})
         for g in groups:
             if g["mse_mean"] is not None:
                 name = f"{g['dataset']}_{g['model']}_{g['mixer']}_L{g['lookback']}_H{g['horizon']}_mse"

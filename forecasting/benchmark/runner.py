@@ -14,35 +14,21 @@ import json
 import os
 import platform
 import socket
-import subprocess
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tsmix.errors import TsmixError
+from tsmix.provenance import git_commit
 
 from .store import ResultStore
-from .suites import NO_MIXER, RunSpec, Suite, expand, itransformer_paper
-
-
-@lru_cache(maxsize=1)
-def git_commit() -> str:
-    """Short commit of the checkout tsmix runs from, or "unknown" (installed wheel, no git)."""
-    import tsmix
-
-    root = Path(tsmix.__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+from .suites import NO_MIXER, RunSpec, Suite, expand
+from .tracking import benchmark_run
 
 
 def _device_of(forecaster: Any) -> str:
@@ -63,13 +49,7 @@ def build_forecaster(spec: RunSpec, threads: int | None = None):
         kw["threads"] = threads
     if spec.preset is None:
         return Forecaster(model=spec.model, **kw)
-    try:
-        return Forecaster.from_preset(spec.preset, model=spec.model, dataset=spec.dataset, **kw)
-    except TsmixError:
-        if spec.model != "itransformer" or spec.preset != "paper":
-            raise
-        # No iTransformer paper preset in tsmix.forecasting: the official scripts' settings.
-        return Forecaster(model=spec.model, **{**itransformer_paper(spec.dataset), **kw})
+    return Forecaster.from_preset(spec.preset, model=spec.model, dataset=spec.dataset, **kw)
 
 
 def _data_for(spec: RunSpec, data_dir: str | Path | None) -> tuple[Any, dict[str, Any]]:
@@ -264,15 +244,11 @@ def _log_error(path: Path, spec: RunSpec, tb: str) -> None:
 
 def log_row_mlflow(row: dict[str, Any], tracking_uri: str) -> None:
     """One MLflow run per result row (experiment ``tsmix-benchmark-<suite>``)."""
-    try:
-        import mlflow
-    except ImportError as exc:  # pragma: no cover - mlflow is a declared dependency
-        raise TsmixError("--tracking-uri needs mlflow: pip install mlflow") from exc
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_experiment(f"tsmix-benchmark-{row['suite']}")
+    import mlflow
+
     mixer = "" if row["mixer"] == NO_MIXER else f"-{row['mixer']}"
     name = f"{row['dataset']}-H{row['horizon']}-{row['model']}{mixer}-s{row['seed']}"
-    with mlflow.start_run(run_name=name):
+    with benchmark_run(tracking_uri, f"tsmix-benchmark-{row['suite']}", name):
         mlflow.log_params({k: row[k] for k in ("suite", "dataset", "horizon", "lookback", "model", "mixer",
                                                "seed", "protocol", "device", "torch", "commit",
                                                "config_hash")})

@@ -5,18 +5,18 @@ Layout under a results directory::
     DIR/<suite>/rows/<dataset>.csv            (or <dataset>.<shard>.csv, e.g. one shard per host)
 
 Every finished run is stored at once by rewriting its CSV to a temporary file in the same
-folder and ``os.replace``-ing it over the old one, under an exclusive ``fcntl`` lock on the
-folder. A run killed at any moment therefore leaves either the old or the new file, never
-half a row, and two processes on one machine never lose each other's rows. Rows from other
-machines arrive as other shard files (or merged CSVs); readers deduplicate by key, keeping
-the most recently finished row.
+folder and ``os.replace``-ing it over the old one, under an exclusive file lock (``filelock``)
+on the folder's ``.rows.tsmix-lock``, which the kernel releases if its holder dies. A run
+killed at any moment therefore leaves either the old or the new file, never half a row, and
+two processes on one machine never lose each other's rows. Rows from other machines arrive
+as other shard files (or merged CSVs); readers deduplicate by key, keeping the most recently
+finished row.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import os
 import re
 import tempfile
@@ -45,6 +45,7 @@ COLUMNS = KEY_COLUMNS + (
 )
 _INT = {"horizon", "lookback", "seed", "epochs", "params", "test_windows", "threads"}
 _FLOAT = {"mse", "mae", "mse_paper", "mae_paper", "val_mse", "train_seconds", "cpu_seconds"}
+LOCK_NAME = ".rows.tsmix-lock"  # beside the rows; readers glob *.csv only
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -129,15 +130,12 @@ class ResultStore:
 
     @contextlib.contextmanager
     def _locked(self, path: Path) -> Iterator[None]:
-        """Exclusive lock on the rows folder itself (no lock files to commit by mistake)."""
+        """Exclusive lock on the rows folder (its lock file matches ``*.tsmix-lock`` in .gitignore)."""
+        from filelock import FileLock
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with FileLock(path.parent / LOCK_NAME):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def put(self, row: dict[str, Any], replace: bool = False) -> bool:
         """Store one finished run. Returns False (and writes nothing) when its key is already

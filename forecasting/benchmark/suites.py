@@ -2,8 +2,10 @@
 
 A suite expands into :class:`RunSpec` items. Each one is a complete recipe for one Forecaster
 run (hyper-parameters included), so a stored result row can always be traced back to what
-produced it (``config_hash``). Mixers are discovered through ``tsmix.available_mixers()`` at
-expansion time: a mixer registered later joins the grid by re-running the suite (resume).
+produced it (``config_hash``). Mixers and models are discovered through their registries
+(``tsmix.available_mixers()``, ``tsmix.forecasting.available_models()``) at expansion time: one
+registered later joins the grid by re-running the suite (resume). A model the suite does not
+configure runs at the suite's default lookback, from the suite's default preset if it has one.
 
 Suites
 - ``smoke``: tiny slices of ETTh1 (first rows only, so the 70/10/20 borders of custom data
@@ -21,14 +23,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsmix.datasets.specs import BENCHMARKS, get_benchmark
 from tsmix.errors import TsmixError
+from tsmix.forecasting.registry import available_models, model_spec
 
-ALL_DATASETS = ("ETTh1", "ETTh2", "ETTm1", "ETTm2", "Weather")
+ALL_DATASETS = tuple(BENCHMARKS)
 ALL_HORIZONS = (96, 192, 336, 720)
-ALL_MODELS = ("dlinear", "patchtst", "itransformer")
 DEFAULT_SEEDS = (2021, 2022, 2023)  # 2021 is the seed of the official PatchTST scripts
 NO_MIXER = "-"  # the mixer column of models without a token mixer (DLinear)
-MIXER_MODELS = ("patchtst", "itransformer")  # models whose backbone is a token mixer
 
 # Hyper-parameters that change a result row; everything else (progress bars, device,
 # thread count) is left out of the hash so the same recipe on another machine resumes.
@@ -43,8 +45,8 @@ class RunSpec:
     dataset: str  # benchmark name ("ETTh1", ...)
     horizon: int  # forecast length H
     lookback: int  # context length L
-    model: str  # "dlinear" | "patchtst" | "itransformer"
-    mixer: str  # registered mixer name, NO_MIXER for DLinear
+    model: str  # registered model name (tsmix.forecasting.available_models())
+    mixer: str  # registered mixer name, NO_MIXER for a model without one (DLinear)
     seed: int  # training seed
     preset: str | None = None  # "paper": start from Forecaster.from_preset, then apply overrides
     overrides: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) hyper-parameters
@@ -82,27 +84,37 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Suite:
-    """A named grid. ``settings(model, dataset, horizon)`` returns the overrides of one cell."""
+    """A named grid over every registered model. ``settings(model)`` returns one model's overrides."""
 
     name: str
     description: str
     datasets: tuple[str, ...]
     horizons: tuple[int, ...]
-    models: tuple[str, ...]
     seeds: tuple[int, ...]
-    lookbacks: tuple[tuple[str, int], ...]  # model -> L
-    presets: tuple[tuple[str, str], ...]  # model -> preset the overrides apply on ("paper"); absent: none
+    lookbacks: tuple[tuple[str, int], ...]  # model -> L; also the models' run and table order
+    default_lookback: int  # L of a registered model the suite does not name
+    presets: tuple[tuple[str, str], ...] = ()  # model -> preset the overrides apply on ("paper")
+    default_preset: str | None = None  # preset of an unnamed model, when that model registers it
     rows: int | None = None  # slice length (smoke); None = the whole file with standard borders
     overrides: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = field(default=())  # model -> kw
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Registered models: those the suite names (in its order), then the others, sorted."""
+        named = [m for m, _ in self.lookbacks if m in available_models()]
+        return (*named, *(m for m in available_models() if m not in named))
+
     def lookback(self, model: str) -> int:
-        return dict(self.lookbacks)[model]
+        return dict(self.lookbacks).get(model, self.default_lookback)
 
     def settings(self, model: str) -> dict[str, Any]:
         return dict(dict(self.overrides).get(model, ()))
 
     def preset(self, model: str) -> str | None:
-        return dict(self.presets).get(model)
+        named = dict(self.presets)
+        if model in named:
+            return named[model]
+        return self.default_preset if self.default_preset in model_spec(model).presets else None
 
 
 def _kw(**kw: Any) -> tuple[tuple[str, Any], ...]:
@@ -115,10 +127,9 @@ SMOKE = Suite(
     description="CI check: first 1200 rows of ETTh1 (custom 70/10/20 borders), H=24, 1 epoch, tiny widths",
     datasets=("ETTh1",),
     horizons=(24,),
-    models=ALL_MODELS,
     seeds=(2021,),
     lookbacks=(("dlinear", 96), ("patchtst", 96), ("itransformer", 96)),
-    presets=(),
+    default_lookback=96,
     rows=1200,
     overrides=(
         ("dlinear", _kw(epochs=1, batch_size=32, lr=0.005, patience=3)),
@@ -145,9 +156,9 @@ QUICK = Suite(
                  "2 one-cycle epochs at lr 5e-4"),
     datasets=("ETTh1", "ETTh2"),
     horizons=ALL_HORIZONS,
-    models=ALL_MODELS,
     seeds=DEFAULT_SEEDS,
     lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96)),
+    default_lookback=96,
     presets=(("dlinear", "paper"), ("patchtst", "paper")),
     overrides=(
         ("patchtst", _kw(epochs=1, lr=1e-3, lr_schedule="onecycle", pct_start=0.3, first_epoch_lr_scale=1.0)),
@@ -161,30 +172,24 @@ PAPER = Suite(
                 "3 seeds",
     datasets=ALL_DATASETS,
     horizons=ALL_HORIZONS,
-    models=ALL_MODELS,
     seeds=DEFAULT_SEEDS,
     lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96)),
-    presets=(("dlinear", "paper"), ("patchtst", "paper"), ("itransformer", "paper")),
+    default_lookback=96,
+    default_preset="paper",
 )
 
 SUITES: dict[str, Suite] = {s.name: s for s in (SMOKE, QUICK, PAPER)}
 
-# The official iTransformer scripts (thuml/iTransformer, scripts/multivariate_forecasting):
-# L=96, 8 heads, batch 32, lr 1e-4, 10 epochs, patience 3, lr halving each epoch ("type1").
-# Used by the paper suite only when tsmix.forecasting ships no iTransformer paper preset.
-ITRANSFORMER_PAPER: dict[str, dict[str, Any]] = {
-    "ETTh1": dict(layers=2, d_model=256, d_ff=256),
-    "ETTh2": dict(layers=2, d_model=128, d_ff=128),
-    "ETTm1": dict(layers=2, d_model=128, d_ff=128),
-    "ETTm2": dict(layers=2, d_model=128, d_ff=128),
-    "Weather": dict(layers=3, d_model=512, d_ff=512),
-}
-ITRANSFORMER_COMMON = dict(heads=8, batch_size=32, lr=1e-4, epochs=10, patience=3, dropout=0.1,
-                           lr_schedule="type1")
+# Every registered model in the order the tables list them (the suites' own order first).
+ALL_MODELS = SMOKE.models
 
 
 def itransformer_paper(dataset: str) -> dict[str, Any]:
-    return {**ITRANSFORMER_COMMON, **ITRANSFORMER_PAPER[dataset]}
+    """The iTransformer paper preset (registered with the model) without its lookback and horizon."""
+    from tsmix.forecasting.presets import preset_params
+
+    params = preset_params("paper", "itransformer", dataset, ALL_HORIZONS[0])
+    return {k: v for k, v in params.items() if k not in ("lookback", "horizon")}
 
 
 def get_suite(name: str) -> Suite:
@@ -201,10 +206,10 @@ def _check_subset(kind: str, given: Iterable[Any], valid: Sequence[Any]) -> None
 
 
 def _canonical_dataset(name: str) -> str:
-    for d in ALL_DATASETS:
-        if d.lower() == name.lower():
-            return d
-    raise TsmixError(f"unknown dataset {name!r}; the benchmark knows {', '.join(ALL_DATASETS)}")
+    spec = get_benchmark(name, required=False)
+    if spec is None:
+        raise TsmixError(f"unknown dataset {name!r}; the benchmark knows {', '.join(ALL_DATASETS)}")
+    return spec.name
 
 
 def expand(
@@ -231,15 +236,15 @@ def expand(
     if any(h <= 0 for h in hs):
         raise TsmixError(f"horizons must be positive, got {hs}")
     ms = tuple(models or suite.models)
-    _check_subset("model", ms, ALL_MODELS)
+    _check_subset("model", ms, available_models())
     mx = tuple(mixers or registered)
     _check_subset("mixer", mx, registered)
     sd = tuple(int(s) for s in (seeds or suite.seeds))
 
     mx = tuple(sorted(mx, key=lambda m: (m != "softmax", m)))
     runs: list[RunSpec] = []
-    cells = [(m, NO_MIXER) for m in ms if m not in MIXER_MODELS]
-    cells += [(m, x) for x in mx for m in ms if m in MIXER_MODELS]
+    cells = [(m, NO_MIXER) for m in ms if not model_spec(m).uses_mixer]
+    cells += [(m, x) for x in mx for m in ms if model_spec(m).uses_mixer]
     for seed in sd:
         for dataset in ds:
             for model, mixer in cells:

@@ -283,3 +283,34 @@ def test_speed_suite_tiny(tmp_path):
     first, *rest = res["cells"]
     assert first.status == "ok" and first.peak_mb > 0
     assert rest and all(c.status.startswith("skipped: predicted") for c in rest)
+
+
+# ---------------------------------------------------------------- provenance and MLflow scope
+
+def test_git_commit_is_the_checkout_head():
+    import subprocess
+    from pathlib import Path
+
+    import tsmix
+    from tsmix.provenance import git_commit
+
+    root = Path(tsmix.__file__).resolve().parent.parent
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    head = out.stdout.strip()
+    assert head and git_commit(short=False) == head and head.startswith(git_commit())
+    assert runner_mod.git_commit() == git_commit()  # the benchmark's lookup is the shared one
+
+
+def test_benchmark_mlflow_logging_leaves_the_global_tracking_uri_alone(tmp_path, monkeypatch):
+    import mlflow
+    from mlflow.tracking import is_tracking_uri_set
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(None)
+    uri = f"sqlite:///{tmp_path / 'bench.db'}"
+    row = _row()
+    runner_mod.log_row_mlflow(row, uri)
+    assert not is_tracking_uri_set() and "MLFLOW_TRACKING_URI" not in os.environ
+    runs = mlflow.MlflowClient(tracking_uri=uri).search_runs(
+        [mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name("tsmix-benchmark-t").experiment_id])
+    assert len(runs) == 1 and runs[0].data.params["commit"] == "abc"

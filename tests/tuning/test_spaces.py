@@ -3,12 +3,13 @@ a categorical choice, replay of a finished trial's params, and clear errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 
 from tsmix.errors import TsmixError
-from tsmix.forecasting import Forecaster
-from tsmix.forecasting.config import MODEL_NAMES
+from tsmix.forecasting import Forecaster, ForecasterConfig, available_models
 from tsmix.registry import available_mixers, mixer_options, mixer_spec
 from tsmix.tuning import spaces
 from tsmix.tuning.study import best_params
@@ -18,8 +19,13 @@ def ask(seed: int = 0) -> optuna.Trial:
     return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
 
 
-def test_every_forecasting_model_has_a_space():
-    assert set(MODEL_NAMES) <= set(spaces.MODEL_SPACES)
+@pytest.mark.parametrize("model", available_models())
+def test_every_forecasting_model_has_a_space(model):
+    trial = ask()
+    space = spaces.model_space(model)
+    params = space.fn(trial)
+    assert params and set(params) <= {f.name for f in dataclasses.fields(ForecasterConfig)}
+    Forecaster(model, lookback=48, horizon=12, **params)  # valid Forecaster keyword arguments
 
 
 @pytest.mark.parametrize("mixer", available_mixers())

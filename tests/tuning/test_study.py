@@ -80,9 +80,9 @@ def test_journal_stale_trial_is_failed_by_the_next_worker(tmp_path, retry):
     study = optuna.create_study(study_name="s", storage=store.optuna)
     alive, dead = study.ask(), study.ask()
     dead.suggest_float("lr", 1e-4, 1e-2, log=True)
-    store.beat(alive._trial_id)
+    store.beat(store.trial_id("s", alive.number))
     # The dead worker's last heartbeat is older than the grace period.
-    store.optuna.set_trial_system_attr(dead._trial_id, HEARTBEAT_ATTR, time.time() - 10)
+    store.optuna.set_trial_system_attr(store.trial_id("s", dead.number), HEARTBEAT_ATTR, time.time() - 10)
     assert store.fail_stale(study) == [dead.number]
     assert study.trials[alive.number].state == TrialState.RUNNING
     assert study.trials[dead.number].state == TrialState.FAIL

@@ -1,0 +1,174 @@
+"""Outputs of the speed suite: speed.csv (every cell), speed.md (tables, exponents, skips),
+speed.png (log-log plots) and speed.json (everything needed to re-render them later)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tsmix.errors import TsmixError
+from tsmix.provenance import git_commit
+
+from .speed_cells import FIT_MIN_LENGTH, Cell, exponents, ratios
+
+
+def save_speed_json(result: dict[str, Any], path: str | Path) -> Path:
+    """Everything needed to re-render the tables and plot later (``load_speed_json``)."""
+    data = {k: v for k, v in result.items() if k not in ("cells", "exponents")}
+    data["cells"] = [asdict(c) for c in result["cells"]]
+    Path(path).write_text(json.dumps(data, indent=1, default=str))
+    return Path(path)
+
+
+def load_speed_json(path: str | Path) -> dict[str, Any]:
+    if not Path(path).is_file():
+        raise TsmixError(f"no speed results at {path}; run `tsmix benchmark-speed` (it writes speed.json)")
+    data = json.loads(Path(path).read_text())
+    data["cells"] = [Cell(**c) for c in data["cells"]]
+    data["config"]["lengths"] = tuple(data["config"]["lengths"])
+    data["config"]["widths"] = tuple(data["config"]["widths"])
+    data["exponents"] = exponents(data["cells"], data["mixers"], data["config"]["widths"])
+    return data
+
+
+def write_speed(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """speed.csv (every cell), speed.md (tables + exponents + skips), speed.png (log-log plots)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rat = ratios(result)
+    csv_path = out / "speed.csv"
+    cols = ["mixer", "width", "length", "batch", "heads", "ms_fwd_bwd", "peak_mib", "time_vs_softmax",
+            "mem_vs_softmax", "status", "device", "torch", "threads", "commit"]
+    cfg = result["config"]
+    with open(csv_path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for c in result["cells"]:
+            t, m = rat[(c.mixer, c.width, c.length)]
+            w.writerow([c.mixer, c.width, c.length, cfg["batch"], cfg["heads"], _f(c.ms), _f(c.peak_mb),
+                        _f(t), _f(m), c.status, result["device"], result["torch"], result["threads"],
+                        result.get("commit") or git_commit()])
+    md_path = out / "speed.md"
+    md_path.write_text(render_speed_markdown(result))
+    png_path = out / "speed.png"
+    plot_speed(result, png_path)
+    json_path = save_speed_json(result, out / "speed.json")
+    return {"csv": csv_path, "markdown": md_path, "plot": png_path, "json": json_path}
+
+
+def _f(v: float | None) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+_CPU_CLOCK = "process CPU time (robust to other jobs on a shared machine)"
+
+
+def render_speed_markdown(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    rat = ratios(result)
+    lengths = sorted(cfg["lengths"])
+    lines = [
+        "# Mixer speed suite",
+        "",
+        f"Forward+backward of one mixer layer on a (B={cfg['batch']}, N, D) input, {cfg['heads']} heads, "
+        f"{'causal' if cfg['causal'] else 'bidirectional'}; median of at least {cfg['reps']} passes "
+        f"(fast cells repeat until {cfg.get('min_seconds', 0.2):g} s) after {cfg['warmup']} warm-up, "
+        "timed as "
+        f"{'wall time' if result['device'] == 'cuda' else _CPU_CLOCK}; "
+        f"device {result['device']}, torch {result['torch']}, "
+        f"{result['threads']} thread(s), commit {result.get('commit') or git_commit()}; "
+        f"load average at the end {result['load']}; "
+        f"{result['seconds']:.0f} s in all.",
+        "Cells: milliseconds (× softmax in the same cell). Peak memory: live allocator MiB during one pass "
+        "(CPU: profiler allocation timeline; CUDA: max_memory_allocated) (× softmax).",
+        f"Exponents: least-squares slope of log cost vs log N over N ≥ {FIT_MIN_LENGTH}; *tail*: the slope "
+        "between the two largest measured N (closest to the asymptotic scaling).",
+        f"Cells predicted above {cfg['time_budget_s']:g} s per pass or {cfg['mem_budget_mb']:g} MiB are "
+        "skipped (listed below), as are larger N of the same mixer and width.",
+        "",
+    ]
+    skipped = []
+    for width in cfg["widths"]:
+        for what, key, unit in (("time", "ms", "ms"), ("peak memory", "peak_mb", "MiB")):
+            lines += [f"## D = {width}: {what} ({unit})", "",
+                      "| mixer | " + " | ".join(f"N={n}" for n in lengths)
+                      + (" | exponent | tail |" if key == "ms" else " | exponent |"),
+                      "|---|" + "---:|" * (len(lengths) + (2 if key == "ms" else 1))]
+            for name in result["mixers"]:
+                cells = {c.length: c for c in result["cells"] if c.mixer == name and c.width == width}
+                row = []
+                for n in lengths:
+                    c = cells.get(n)
+                    if c is None or c.status != "ok" or getattr(c, key) is None:
+                        row.append("—")
+                        if c is not None and c.status != "ok" and what == "time":
+                            skipped.append(f"- {name}, D={width}, N={n}: {c.status}")
+                        continue
+                    r = rat[(name, width, n)][0 if key == "ms" else 1]
+                    val = getattr(c, key)
+                    row.append(f"{val:.3g}" + (f" (×{r:.2f})" if r is not None and name != "softmax" else ""))
+                ex = result["exponents"][(name, width)]
+                es = [ex["time"], ex["time_tail"]] if key == "ms" else [ex["memory"]]
+                row += ["—" if e is None else f"{e:.2f}" for e in es]
+                lines.append(f"| {name} | " + " | ".join(row) + " |")
+            lines.append("")
+    if skipped:
+        lines += ["## Skipped or failed cells", "", *_collapse(skipped), ""]
+    return "\n".join(lines)
+
+
+def _collapse(items: list[str]) -> list[str]:
+    """Keep the first skipped N per (mixer, width): the rest are skipped for the same reason."""
+    seen, out = set(), []
+    for s in items:
+        head = s.split(", N=")[0]
+        if head not in seen:
+            seen.add(head)
+            out.append(s + " (and every larger N)")
+    return out
+
+
+def plot_speed(result: dict[str, Any], path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    widths = result["config"]["widths"]
+    fig, axes = plt.subplots(2, len(widths), figsize=(6.5 * len(widths), 9), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    style = {name: dict(color="k", lw=2.2) if name == "softmax" else
+             dict(color=cmap(i % 20), ls=("-", "--", ":")[i // 20 % 3], lw=1.2)
+             for i, name in enumerate(m for m in result["mixers"] if m != "softmax")}
+    style.setdefault("softmax", dict(color="k", lw=2.2))
+    for j, width in enumerate(widths):
+        for name in result["mixers"]:
+            cs = [c for c in result["cells"] if c.mixer == name and c.width == width and c.status == "ok"]
+            cs.sort(key=lambda c: c.length)
+            if not cs:
+                continue
+            e = result["exponents"][(name, width)]
+            lt = f"{name} (N^{e['time']:.2f})" if e["time"] is not None else name
+            axes[0][j].loglog([c.length for c in cs], [c.ms for c in cs], marker="o", label=lt, ms=3,
+                              **style[name])
+            mem = [(c.length, c.peak_mb) for c in cs if c.peak_mb]
+            if mem:
+                axes[1][j].loglog(*zip(*mem), marker="o", label=name, ms=3, **style[name])
+        axes[0][j].set_title(f"forward+backward time, D={width}")
+        axes[0][j].set_ylabel("ms")
+        axes[1][j].set_title(f"peak memory, D={width}")
+        axes[1][j].set_ylabel("MiB")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xlabel("sequence length N")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    fig.suptitle(f"tsmix mixers on {result['device']} ({result['threads']} thread(s), "
+                 f"torch {result['torch']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
