@@ -48,8 +48,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from tsmix.models.lm.cli import add_commands as add_lm
+    from tsmix.models.tasks.cli import add_commands as add_task
+    from tsmix.models.vision.cli import add_commands as add_vision
 
     add_lm(sub)  # tsmix lm
+    add_task(sub)  # tsmix task NAME
+    add_vision(sub)  # tsmix vision
     p = sub.add_parser("mixers", help="list the registered token mixers")
     p.add_argument("--json", action="store_true", help="print one JSON list")
     p.add_argument("-v", "--verbose", action="store_true", help="also list each mixer's options")

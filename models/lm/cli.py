@@ -9,7 +9,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from tsmix.errors import TsmixError
+from tsmix.models.capabilities import parse_options, require
 
 from .data import load_corpus
 from .model import CharLM, LMConfig
@@ -27,25 +27,11 @@ from .train import TrainConfig, train_lm
 _LM, _TRAIN = LMConfig(), TrainConfig()
 
 
-def parse_options(items: Sequence[str]) -> dict:
-    """``["steps=4", "eta=free"]`` -> ``{"steps": 4, "eta": "free"}`` (Python literals, else str)."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise TsmixError(f"mixer option {item!r} is not KEY=VALUE; write e.g. -o steps=4")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
-
-
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     m = parser.add_argument_group("model")
     m.add_argument("--mixer", default=_LM.mixer, help="a registered mixer with causal support")
     m.add_argument("-o", "--mixer-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a mixer option (repeatable), e.g. -o steps=4")
+                   help="a mixer option (repeatable, typed by the mixer's options), e.g. -o steps=4")
     for name in ("block_size", "dim", "heads", "layers"):
         m.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(_LM, name))
     m.add_argument("--ffn", default=_LM.ffn, help="Block FFN: gelu | relu | swiglu | none")
@@ -70,9 +56,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
+    require(args.mixer, causal=True, what="tsmix lm")
     corpus = load_corpus(args.data_dir, path=args.text)
     lm = LMConfig(
-        mixer=args.mixer, mixer_options=parse_options(args.mixer_option), vocab_size=corpus.vocab.size,
+        mixer=args.mixer, mixer_options=parse_options(args.mixer, args.mixer_option),
+        vocab_size=corpus.vocab.size,
         block_size=args.block_size, dim=args.dim, heads=args.heads, layers=args.layers, ffn=args.ffn,
         norm=args.norm, dropout=args.dropout, embed_std=args.embed_std,
     )

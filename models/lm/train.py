@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from tsmix.errors import TsmixError
+from tsmix.models.loop import train_steps, warmup_cosine
 
 from .data import CharCorpus, sample_batch
 from .model import CharLM
@@ -31,10 +31,7 @@ class TrainConfig:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Warmup then cosine to min_lr_ratio * lr."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+    return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio)
 
 
 @torch.no_grad()
@@ -69,32 +66,30 @@ def train_lm(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     history: list[dict] = []
-    running, count, start = 0.0, 0, time.perf_counter()
-    model.train()
-    for step in range(cfg.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        x, y = sample_batch(corpus.train, model.config.block_size, cfg.batch_size, gen)
-        _, loss = model(x.to(device), y.to(device))
-        if not torch.isfinite(loss):
-            raise TsmixError(f"non-finite training loss at step {step}; lower the learning rate "
-                             f"(now {cfg.lr}) or the mixer's step size")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        running, count = running + loss.item(), count + 1
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+    tally = {"running": 0.0, "count": 0}
+    start = time.perf_counter()
+
+    def batches():
+        for _ in range(cfg.steps):
+            x, y = sample_batch(corpus.train, model.config.block_size, cfg.batch_size, gen)
+            yield x.to(device), y.to(device)
+
+    def on_step(step: int, loss: float) -> None:
+        tally["running"] += loss
+        tally["count"] += 1
+        if step % cfg.eval_every == 0 or step == cfg.steps:
             row = {
-                "step": step + 1,
-                "train_loss": running / count,
+                "step": step,
+                "train_loss": tally["running"] / tally["count"],
                 "val_loss": evaluate(model, corpus.val, cfg.eval_batches, cfg.batch_size),
-                "lr": lr_at(step, cfg),
+                "lr": lr_at(step - 1, cfg),
                 "seconds": time.perf_counter() - start,
             }
             history.append(row)
             if log is not None:
                 log(row)
-            running, count = 0.0, 0
+            tally.update(running=0.0, count=0)
+
+    train_steps(model, opt, batches(), lambda b: model(*b)[1], lr_at=lambda s: lr_at(s, cfg),
+                grad_clip=cfg.grad_clip, callbacks=[on_step])
     return history

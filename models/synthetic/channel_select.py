@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import time
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -28,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tsmix
+from tsmix.models.capabilities import accepted, option_names
+from tsmix.models.loop import train_steps
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class ChannelSelectModel(nn.Module):
         self.sym_emb = nn.Embedding(cfg.channels * cfg.vocab, cfg.dim)
         self.pos_emb = nn.Embedding(cfg.length + 1, cfg.dim)  # last slot: the query token
         opts = dict(cfg.mixer_options)
-        if cfg.dropout:
+        if cfg.dropout and "dropout" in option_names(cfg.mixer):
             opts.setdefault("dropout", cfg.dropout)
         self.mixer = tsmix.build_mixer(cfg.mixer, cfg.dim, heads=cfg.heads, causal=True, **opts)
         self.readout = nn.Linear(cfg.dim, cfg.channels * cfg.vocab)
@@ -100,16 +101,17 @@ def run(cfg: ChannelSelectConfig, log_every: int = 0) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.steps, pct_start=0.1)
     g = torch.Generator().manual_seed(cfg.seed + 1)
-    t0 = time.perf_counter()
-    for step in range(cfg.steps):
-        sym, target = task.sample(cfg.batch, g)
-        loss = F.cross_entropy(model(sym).flatten(0, 1), target.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if log_every and (step + 1) % log_every == 0:
-            print(f"  [{cfg.mixer}] step {step + 1}: loss {loss.item():.4f}", flush=True)
+    batches = (task.sample(cfg.batch, g) for _ in range(cfg.steps))
+
+    def loss_fn(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        sym, target = batch
+        return F.cross_entropy(model(sym).flatten(0, 1), target.flatten())
+
+    def log(step: int, loss: float) -> None:
+        if log_every and step % log_every == 0:
+            print(f"  [{cfg.mixer}] step {step}: loss {loss:.4f}", flush=True)
+
+    done = train_steps(model, opt, batches, loss_fn, scheduler=sched, callbacks=[log], check_finite=False)
     model.eval()
     with torch.no_grad():
         sym, target = task.sample(cfg.eval_samples, torch.Generator().manual_seed(cfg.seed + 2))
@@ -122,7 +124,7 @@ def run(cfg: ChannelSelectConfig, log_every: int = 0) -> dict:
         "eval_loss": eval_loss,
         "mixer_params": sum(p.numel() for p in model.mixer.parameters()),
         "model_params": sum(p.numel() for p in model.parameters()),
-        "seconds": time.perf_counter() - t0,
+        "seconds": done.seconds,
     }
 
 
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-every", type=int, default=0)
     ap.add_argument(
         "--fem-option", action="append", default=[], metavar="KEY=VALUE",
-        help="extra option for the fem-* mixers (repeatable), e.g. exp_cap=60",
+        help="extra option for the mixers that accept it (repeatable), e.g. exp_cap=60",
     )
     args = ap.parse_args(argv)
     fem_opts = {"cond": False}
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print("config:", {k: v for k, v in asdict(base).items() if k not in ("mixer", "mixer_options", "seed")})
     print(f"{'mixer':<10} {'seed':>4} {'accuracy':>9} {'eval_loss':>9} {'mixer_params':>12} {'seconds':>8}")
     for name in args.mixers.split(","):
-        opts = tuple(sorted(fem_opts.items())) if name.startswith("fem") else ()
+        opts = tuple(sorted(accepted(name, fem_opts).items()))
         for seed in (int(s) for s in args.seeds.split(",")):
             r = run(replace(base, mixer=name, mixer_options=opts, seed=seed), args.log_every)
             print(

@@ -14,7 +14,6 @@ over the sequence, a 2-layer ReLU MLP head -> one logit. Trained with AdamW.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from torch import nn
 
 import tsmix
 from tsmix.errors import TsmixError
+from tsmix.models.loop import train_steps
 
 TASKS = ("curved", "linear")
 
@@ -151,22 +151,26 @@ def train(model: nn.Module, data: dict[str, torch.Tensor], cfg: TrainConfig) -> 
     total = cfg.epochs * steps_per_epoch
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / total)))
-    model.train()
-    t0, loss_sum, seen = time.perf_counter(), 0.0, 0
-    for epoch in range(cfg.epochs):
-        perm = torch.randperm(len(x), generator=gen)
-        for i in range(0, len(x), cfg.batch_size):
-            idx = perm[i : i + cfg.batch_size]
-            loss = F.binary_cross_entropy_with_logits(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            if not math.isfinite(loss.item()):
-                raise TsmixError(f"non-finite training loss at epoch {epoch}; lower lr (now {cfg.lr})")
-            if epoch == cfg.epochs - 1:
-                loss_sum, seen = loss_sum + loss.item() * len(idx), seen + len(idx)
-    seconds = time.perf_counter() - t0
+    last_epoch = {"loss_sum": 0.0, "seen": 0, "size": 0}
+
+    def batches():
+        for epoch in range(cfg.epochs):
+            perm = torch.randperm(len(x), generator=gen)
+            for i in range(0, len(x), cfg.batch_size):
+                idx = perm[i : i + cfg.batch_size]
+                yield epoch, x[idx], y[idx]
+
+    def loss_fn(batch: tuple[int, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        epoch, xb, yb = batch
+        last_epoch["size"] = len(xb) if epoch == cfg.epochs - 1 else 0
+        return F.binary_cross_entropy_with_logits(model(xb), yb)
+
+    def tally(step: int, loss: float) -> None:  # the mean training loss over the last epoch
+        last_epoch["loss_sum"] += loss * last_epoch["size"]
+        last_epoch["seen"] += last_epoch["size"]
+
+    done = train_steps(model, opt, batches(), loss_fn, scheduler=sched, callbacks=[tally])
+    loss_sum, seen, seconds = last_epoch["loss_sum"], last_epoch["seen"], done.seconds
     return {
         "train_acc": accuracy(model, x, y),
         "test_acc": accuracy(model, data["x_test"], data["y_test"]),

@@ -16,7 +16,6 @@ spectral model trained at N = 16 evaluated up to N = 64, and the anytime budget 
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -24,6 +23,8 @@ from torch import nn
 
 import tsmix
 from tsmix.errors import TsmixError
+from tsmix.models.capabilities import capabilities
+from tsmix.models.loop import train_steps
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class TransportConfig:
     depth: int = 1  # number of residual blocks
     heads: int = 2  # passed to build_mixer (the YB mixers ignore it)
     mixer_options: dict = field(default_factory=dict)  # options of the mixer, e.g. {"depth": 8}
-    pos_emb: bool | None = None  # learned positions; None = for every mixer not in POSITION_AWARE
+    pos_emb: bool | None = None  # learned positions; None = for every mixer not position-aware
     steps: int = 600  # optimizer steps, each on a fresh random batch
     batch: int = 64  # sequences per step
     lr: float = 1e-2  # Adam learning rate (constant)
@@ -45,11 +46,6 @@ class TransportConfig:
     def __post_init__(self) -> None:
         if self.length < 2 or self.vocab < 2 or self.dim < 1 or self.depth < 1:
             raise TsmixError("transport needs length >= 2, vocab >= 2, dim >= 1, depth >= 1")
-
-
-# Mixers whose token map itself depends on positions; attention-like mixers are permutation-
-# equivariant without position embeddings, so they get learned ones.
-POSITION_AWARE = ("yb-brickwall", "yb-spectral")
 
 
 def make_batch(
@@ -68,7 +64,9 @@ class TransportNet(nn.Module):
         self.cfg = cfg
         d = cfg.dim
         self.emb = nn.Embedding(cfg.vocab, d)
-        use_pos = cfg.mixer not in POSITION_AWARE if cfg.pos_emb is None else cfg.pos_emb
+        # attention-like mixers are permutation-equivariant without positions: they get learned ones
+        aware = capabilities(cfg.mixer, cfg.mixer_options).position_aware
+        use_pos = not aware if cfg.pos_emb is None else cfg.pos_emb
         self.pos = nn.Parameter(0.5 * torch.randn(cfg.length, d)) if use_pos else None
         self.blocks = nn.ModuleList(
             tsmix.Block(d, tsmix.build_mixer(cfg.mixer, d, heads=cfg.heads, **cfg.mixer_options), ffn="none")
@@ -117,20 +115,14 @@ def train(cfg: TransportConfig) -> tuple[TransportNet, dict]:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     g = torch.Generator().manual_seed(cfg.seed)
     loss_fn = nn.CrossEntropyLoss()
-    t0 = time.perf_counter()
-    loss = torch.tensor(float("nan"))
-    for _ in range(cfg.steps):
-        x, y = make_batch(cfg.batch, cfg.length, cfg.vocab, g)
-        loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    batches = (make_batch(cfg.batch, cfg.length, cfg.vocab, g) for _ in range(cfg.steps))
+    done = train_steps(model, opt, batches, lambda b: loss_fn(model(b[0]), b[1]), check_finite=False)
     result = {
         "acc": accuracy(model, cfg.length, cfg.vocab, cfg.eval_size),
         "params": n_params(model),
         "mixer_params": mixer_params(model),
-        "loss": loss.item(),
-        "seconds": time.perf_counter() - t0,
+        "loss": done.last_loss,
+        "seconds": done.seconds,
     }
     return model, result
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tsmix.errors import TsmixError
+from tsmix.models.capabilities import parse_options
 from tsmix.models.lm import (
     CharLM,
     CharVocab,
@@ -22,7 +23,7 @@ from tsmix.models.lm import (
     text_path,
     train_lm,
 )
-from tsmix.models.lm.cli import main, parse_options
+from tsmix.models.lm.cli import main
 from tsmix.registry import available_mixers, mixer_spec
 
 CAUSAL_MIXERS = [n for n in available_mixers() if mixer_spec(n).supports_causal]
@@ -133,7 +134,7 @@ def test_cli_trains_and_writes_json(tmp_path, capsys):
     text.write_text("to be or not to be, that is the question. " * 40)
     out = tmp_path / "run.json"
     rc = main(["--text", str(text), "--mixer", "nrgpt", "--layers", "1", "--ffn", "none", "--norm", "none",
-               "-o", "steps=2", "-o", "ff='ff2w'", "--dim", "16", "--heads", "2", "--block-size", "16",
+               "-o", "steps=2", "-o", "ff=ff2w", "--dim", "16", "--heads", "2", "--block-size", "16",
                "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--batch-size", "4",
                "--sample", "10", "--json", str(out)])
     assert rc == 0
@@ -143,6 +144,9 @@ def test_cli_trains_and_writes_json(tmp_path, capsys):
     assert "layer0.energy_end" in result["diagnostics"] and len(result["sample"]) == 11
     assert "step     4" in capsys.readouterr().out
     assert main(["--text", str(tmp_path / "missing.txt")]) == 2
-    assert parse_options(["steps=3", "eta=free"]) == {"steps": 3, "eta": "free"}
+    assert parse_options("nrgpt", ["steps=3", "eta=free"]) == {"steps": 3, "eta": "free"}
     with pytest.raises(TsmixError, match="KEY=VALUE"):
-        parse_options(["steps"])
+        parse_options("nrgpt", ["steps"])
+    with pytest.raises(TsmixError, match="must be int"):
+        parse_options("nrgpt", ["steps=four"])
+    assert main(["--text", str(text), "--mixer", "yb-spectral"]) == 2  # bidirectional only: one line
