@@ -1,28 +1,42 @@
-"""Training loop and window evaluation, shared by every forecasting model.
+"""Forecasting on the training engine (:mod:`tsmix.engine`), and window evaluation.
 
 Matches the official LTSF / PatchTST loops: MSE loss, Adam, the per-epoch learning-rate
-adjustments (``type1``, ``type3``) or a per-batch one-cycle schedule, early stopping on
-validation loss with the best weights restored. Per-step host syncs are avoided: losses are
-summed on the device and read once per epoch (plus a finiteness check every few steps).
+adjustments (``type1``, ``type3``) as a LambdaLR or a per-batch OneCycleLR, early stopping on
+validation loss with the best weights restored. The loop itself (checkpoints and resume, DDP,
+bf16, compile, accumulation) is the engine's; this module supplies the forecasting pieces.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tsmix.engine import (
+    Callback,
+    EngineConfig,
+    FitResult,
+    Schedule,
+    Task,
+    WindowBatches,
+    epoch_rule,
+    epoch_rule_factor,
+    fit,
+    one_cycle,
+)
 from tsmix.errors import TsmixError
 from tsmix.forecasting.config import ForecasterConfig
 
-Callback = Callable[[int, dict], None]
 NAN_CHECK_EVERY = 25  # steps between finiteness checks of the running loss (one host sync each)
+TrainResult = FitResult  # history, best_epoch, best_val, train_seconds, seconds (+ steps, resumed_from)
+# Config fields that never change the numbers: a resume may differ in them.
+_NOT_IDENTITY = ("progress", "threads")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -41,16 +55,9 @@ def epoch_lr(schedule: str, lr: float, epoch: int, first_epoch_scale: float = 1.
     The official loops set ``lr`` after epoch ``e`` (1-based) to ``type1: lr * 0.5**(e-1)`` and
     ``type3: lr if e < 3 else lr * 0.9**(e-3)``; so 0-based epoch ``k >= 1`` runs at the value
     set after epoch ``k``. Epoch 0 runs at the optimizer's initial lr times ``first_epoch_scale``.
+    The same numbers the engine's LambdaLR sets (``lr * factor``, bit for bit).
     """
-    if epoch == 0:
-        return lr * first_epoch_scale
-    if schedule == "type1":
-        return lr * 0.5 ** (epoch - 1)
-    if schedule == "type3":
-        return lr if epoch < 3 else lr * 0.9 ** (epoch - 3)
-    if schedule == "constant":
-        return lr
-    raise TsmixError(f"epoch_lr has no per-epoch rule for schedule {schedule!r}")
+    return lr * epoch_rule_factor(schedule, epoch, first_epoch_scale)
 
 
 def make_optimizer(model: nn.Module, cfg: ForecasterConfig) -> torch.optim.Optimizer:
@@ -69,10 +76,6 @@ def iterate(windows: Any, batch_size: int, *, shuffle: bool = False, generator=N
             drop_last: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Batches of a WindowSet through its one-gather fast path."""
     return windows.batches(batch_size, shuffle=shuffle, generator=generator, drop_last=drop_last)
-
-
-def n_batches(n: int, batch_size: int, drop_last: bool) -> int:
-    return n // batch_size if drop_last else math.ceil(n / batch_size)
 
 
 @dataclass
@@ -120,13 +123,51 @@ def window_errors(
     return WindowErrors(se, ae, count, windows.horizon if hasattr(windows, "horizon") else y.shape[1])
 
 
-@dataclass
-class TrainResult:
-    history: list[dict] = field(default_factory=list)  # one log dict per epoch
-    best_epoch: int = 0  # 1-based epoch whose weights were restored
-    best_val: float = math.inf
-    train_seconds: float = 0.0  # wall time of the optimisation steps (no validation)
-    seconds: float = 0.0  # wall time of the whole loop
+def make_schedule(opt: torch.optim.Optimizer, cfg: ForecasterConfig, steps_per_epoch: int) -> Schedule:
+    """``onecycle``: OneCycleLR per batch; the per-epoch rules: LambdaLR per epoch."""
+    if cfg.lr_schedule == "onecycle":
+        return one_cycle(opt, cfg.lr, cfg.epochs, steps_per_epoch, cfg.pct_start)
+    return epoch_rule(opt, cfg.lr_schedule, cfg.first_epoch_lr_scale)
+
+
+def engine_config(cfg: ForecasterConfig, checkpoint_dir: str | Path | None = None,
+                  resume: bool = False) -> EngineConfig:
+    """The engine knobs of a resolved forecasting config.
+
+    ``precision``, ``compile`` and ``grad_accum`` are read when the config has them (the fields
+    default to the plain fp32, eager, one-micro-batch loop otherwise).
+    """
+    return EngineConfig(
+        epochs=cfg.epochs, seed=cfg.seed, grad_clip=cfg.grad_clip, patience=max(cfg.patience, 1),
+        grad_accum=getattr(cfg, "grad_accum", 1), precision=getattr(cfg, "precision", "32"),
+        compile=getattr(cfg, "compile", False), checkpoint_dir=checkpoint_dir, resume=resume,
+        progress=cfg.progress, nan_check_every=NAN_CHECK_EVERY,
+    )
+
+
+def shard_windows(windows: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s contiguous share of a WindowSet, as a WindowSet over the same tensor (no copy)."""
+    if world == 1:
+        return windows
+    bounds = torch.arange(len(windows)).tensor_split(world)[rank]
+    if len(bounds) == 0:
+        raise TsmixError(f"{len(windows)} validation windows cannot be shared by {world} processes; "
+                         "use fewer processes or a longer validation split")
+    a, b = int(bounds[0]), int(bounds[-1]) + 1
+    span = windows.lookback + windows.horizon - 1
+    return type(windows)(windows.data, windows.lookback, windows.horizon, windows.features,
+                         windows.target_idx, windows.start + a, windows.start + b + span, windows.marks)
+
+
+def _fingerprint(cfg: ForecasterConfig, train_windows: Any, val_windows: Any, out_index: int | None) -> dict:
+    """The run's identity for resume: every config field that matters and a hash of the data."""
+    data = train_windows.data.detach().cpu().contiguous()
+    return {
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in _NOT_IDENTITY},
+        "data": {"sha256": hashlib.sha256(data.numpy().tobytes()).hexdigest(), "shape": list(data.shape),
+                 "train_windows": len(train_windows), "val_windows": len(val_windows),
+                 "out_index": out_index},
+    }
 
 
 def train(
@@ -138,90 +179,31 @@ def train(
     *,
     out_index: int | None = None,
     callbacks: Sequence[Callback] = (),
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
 ) -> TrainResult:
     """Fit ``model`` in place; returns the history. ``cfg`` must be resolved.
 
-    Raises TsmixError (naming the epoch) as soon as the training loss is not finite. An
-    exception from a callback propagates unchanged (e.g. optuna.TrialPruned).
+    ``checkpoint_dir``: write a checkpoint there after every epoch; with ``resume`` continue from
+    it (same config and data required) and end exactly as an uninterrupted run would. Raises
+    TsmixError (naming the epoch) as soon as the training loss is not finite. An exception from a
+    callback propagates unchanged (e.g. optuna.TrialPruned).
     """
-    from tqdm.auto import tqdm
-
-    generator = torch.Generator().manual_seed(cfg.seed)  # shuffling order, independent of dropout
     bs = cfg.batch_size
     drop_last = cfg.drop_last and len(train_windows) >= bs
-    steps = n_batches(len(train_windows), bs, drop_last)
+    data = WindowBatches(train_windows, bs, shuffle=True, drop_last=drop_last)
     opt = make_optimizer(model, cfg)
-    sched = None
-    if cfg.lr_schedule == "onecycle":
-        sched = torch.optim.lr_scheduler.OneCycleLR(
-            opt, max_lr=cfg.lr, epochs=cfg.epochs, steps_per_epoch=steps, pct_start=cfg.pct_start
-        )
-    result = TrainResult()
-    best_state: dict[str, torch.Tensor] | None = None
-    bad_epochs = 0
-    start = time.perf_counter()
-    bar = tqdm(total=cfg.epochs * steps, disable=not cfg.progress, desc="fit", unit="step", leave=False)
-    try:
-        for epoch in range(cfg.epochs):
-            if sched is None:
-                for group in opt.param_groups:
-                    group["lr"] = epoch_lr(cfg.lr_schedule, cfg.lr, epoch, cfg.first_epoch_lr_scale)
-            lr_used = opt.param_groups[0]["lr"]
-            model.train()
-            t0 = time.perf_counter()
-            loss_sum = torch.zeros((), device=device)
-            for i, (x, y) in enumerate(
-                iterate(train_windows, bs, shuffle=True, generator=generator, drop_last=drop_last)
-            ):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                loss = F.mse_loss(select_output(model(x), out_index), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip is not None:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                opt.step()
-                if sched is not None:
-                    sched.step()
-                loss_sum += loss.detach()
-                if (i + 1) % NAN_CHECK_EVERY == 0:
-                    _check_finite(loss_sum, epoch)
-                bar.update(1)
-            train_loss = (loss_sum / max(steps, 1)).item()  # the one sync of the epoch
-            _check_finite(torch.tensor(train_loss), epoch)
-            train_time = time.perf_counter() - t0
-            result.train_seconds += train_time
-            val = window_errors(model, val_windows, cfg.test_batch_size, device, out_index)
-            val_loss = float(val.se.sum().item()) / (val.windows * val.horizon * val.se.numel())
-            if not math.isfinite(val_loss):
-                raise TsmixError(f"validation loss is {val_loss} after epoch {epoch + 1}; lower the lr")
-            improved = val_loss <= result.best_val  # ties count as improvement, as the official code
-            if improved:
-                result.best_val, result.best_epoch, bad_epochs = val_loss, epoch + 1, 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                bad_epochs += 1
-            log = {
-                "epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "lr": lr_used,
-                "seconds": time.perf_counter() - t0, "train_seconds": train_time,
-            }
-            result.history.append(log)
-            bar.set_postfix(epoch=epoch + 1, train=f"{train_loss:.4f}", val=f"{val_loss:.4f}")
-            for cb in callbacks:
-                cb(epoch + 1, dict(log))
-            if bad_epochs >= max(cfg.patience, 1):  # official: stop once the counter reaches patience
-                break
-    finally:
-        bar.close()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    result.seconds = time.perf_counter() - start
-    return result
+    schedule = make_schedule(opt, cfg, data.steps_in(0))
 
+    def loss(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch  # (B, L, C_in), (B, H, C_out)
+        return F.mse_loss(select_output(m(x), out_index), y)
 
-def _check_finite(loss_sum: torch.Tensor, epoch: int) -> None:
-    if not torch.isfinite(loss_sum).item():
-        raise TsmixError(
-            f"training loss became NaN/inf in epoch {epoch + 1}; training stopped. "
-            "Lower the learning rate (--lr) or set grad_clip"
-        )
+    def validate(m: nn.Module, rank: int, world: int) -> tuple[torch.Tensor, int]:
+        dev = next(m.parameters()).device  # the engine's device (cuda:LOCAL_RANK under torchrun)
+        val = window_errors(m, shard_windows(val_windows, rank, world), cfg.test_batch_size, dev, out_index)
+        return val.se.sum(), val.windows * val.horizon * val.se.numel()
+
+    fingerprint = {} if checkpoint_dir is None else _fingerprint(cfg, train_windows, val_windows, out_index)
+    task = Task(model, opt, data, loss, validate, schedule, fingerprint)
+    return fit(task, engine_config(cfg, checkpoint_dir, resume), device, callbacks)
