@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import tempfile
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from tsmix.options import field_hints, parse_text
 from tsmix.registry import parse_mixer_options
 
 SKIP = {"mixer_options"}  # given as repeated --mixer-option k=v
+READING = ("fill", "date_format", "date_unit")  # how data is read; also flags of predict/evaluate/tune
 
 
 def _base(hint: Any) -> Any:
@@ -40,11 +43,13 @@ def _text_parser(hint: Any, flag: str) -> Callable[[str], Any]:
     return parse
 
 
-def add_dataclass_flags(group: Any, cls: type, skip: set[str] = frozenset()) -> None:
-    """One ``--flag`` per field of dataclass ``cls`` (dashes for underscores), default: not given."""
+def add_dataclass_flags(group: Any, cls: type, skip: Collection[str] = frozenset(),
+                        only: Collection[str] | None = None) -> None:
+    """One ``--flag`` per field of dataclass ``cls`` (dashes for underscores), default: not given;
+    ``only``: just these fields."""
     hints = field_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in skip:
+        if f.name in skip or (only is not None and f.name not in only):
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
@@ -57,6 +62,17 @@ def add_dataclass_flags(group: Any, cls: type, skip: set[str] = frozenset()) -> 
             kw["choices"] = choices_of(f)
             kw["metavar"] = f.name.upper()
         group.add_argument(flag, **kw)
+
+
+def add_reading_flags(parser: argparse.ArgumentParser, title: str) -> None:
+    """``--fill``, ``--date-format``, ``--date-unit`` (ForecasterConfig fields) on another command."""
+    group = parser.add_argument_group(title)
+    add_dataclass_flags(group, ForecasterConfig, only=READING)
+
+
+def reading_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The reading flags given (and only those)."""
+    return {k: getattr(args, k) for k in READING if hasattr(args, k)}
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +106,8 @@ def build_forecaster(args: argparse.Namespace):
 def _default_out(f, dataset: str) -> Path:
     c = f.config
     name = Path(dataset).stem if Path(dataset).suffix else dataset
-    return Path("runs") / f"{name}-{c.model}-{c.mixer}-L{c.lookback}-H{c.horizon}-s{c.seed}"
+    model = f"{c.model}-{c.mixer}" if c.model_spec().uses_mixer else c.model  # no mixer, none named
+    return Path("runs") / f"{name}-{model}-L{c.lookback}-H{c.horizon}-s{c.seed}"
 
 
 def _fmt(m: dict) -> str:
@@ -98,10 +115,16 @@ def _fmt(m: dict) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from tsmix.forecasting.fitted import check_device
+    from tsmix.forecasting.forecaster import check_mixer
+    from tsmix.forecasting.rundir import check_out_dir
     from tsmix.tuning.cli import track_from_args, tracking_requested
 
     f = build_forecaster(args)
-    out_dir = args.out or _default_out(f, args.dataset)
+    cfg = f.config.resolved()
+    check_mixer(cfg)  # the cheap checks first: a wrong --out or --device costs no data read, no training
+    check_device(cfg.device)
+    out_dir = check_out_dir(args.out or _default_out(f, args.dataset))
     if tracking_requested(args):
         # The tracking server is checked before training; the run directory is saved
         # locally before anything is logged remotely.
@@ -113,7 +136,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             where += f"; registered models:/{run.registered_name}@{run.alias} (version {run.version})"
         print(where)
     else:
-        f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col)
+        f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir)
         out = f.save(out_dir)
     m = f.metrics_
     print(f"test {_fmt(m)}  ({m['protocol']}, {m['test_windows']} windows)  val_mse {m['val_mse']:.4f}  "
@@ -126,7 +149,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from tsmix.forecasting import Forecaster
 
     f = Forecaster.load(args.run)
-    m = f.evaluate(args.split, protocol=args.eval_protocol, data_dir=args.data_dir)
+    m = f.evaluate(args.split, protocol=args.eval_protocol, data=args.data, data_dir=args.data_dir,
+                   **reading_of(args))
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
@@ -139,18 +163,49 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from tsmix.forecasting import Forecaster
 
+    out = check_output_file(args.output)
     f = Forecaster.load(args.run)
-    frame = f.predict(Path(args.input) if args.input else None)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".parquet":
-        frame.to_parquet(out, index=False)
-    elif out.suffix in (".csv", ".txt", ""):
-        frame.to_csv(out, index=False)
-    else:
-        raise TsmixError(f"unsupported output type {out.suffix!r}: use .csv or .parquet")
+    frame = f.predict(Path(args.input) if args.input else None, **reading_of(args))
+    write_frame(frame, out)
     print(f"wrote {len(frame)} forecast rows x {frame.shape[1] - 1} columns to {out}")
     return 0
+
+
+OUTPUT_TYPES = (".csv", ".txt", "", ".parquet")
+
+
+def check_output_file(path: str) -> Path:
+    """Where ``tsmix predict --output`` may write: a .csv/.parquet file path in a writable folder."""
+    out = Path(path).expanduser()
+    if out.suffix not in OUTPUT_TYPES:
+        raise TsmixError(f"unsupported output type {out.suffix!r}: use .csv or .parquet")
+    if out.is_dir():
+        raise TsmixError(f"--output {out} is a folder; pass a file path such as {out / 'forecast.csv'}")
+    anchor = out.parent
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir() or not os.access(anchor, os.W_OK | os.X_OK):
+        raise TsmixError(f"--output {out}: cannot write under {anchor}; choose a writable folder")
+    return out
+
+
+def write_frame(frame: Any, out: Path) -> None:
+    """Write ``frame`` atomically (temporary sibling, then rename): a kill leaves no half file."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise TsmixError(f"cannot write --output {out} ({exc.strerror}); choose a writable folder") from None
+    try:
+        if out.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -176,12 +231,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--run", required=True, help="run directory written by tsmix fit / Forecaster.save")
     e.add_argument("--split", default="test", choices=("train", "val", "test"))
     e.add_argument("--eval-protocol", choices=PROTOCOLS, help="default: the run's")
+    e.add_argument("--data", metavar="FILE",
+                   help="evaluate on this .csv/.parquet file (or benchmark name) with the fitted columns "
+                        "(default: the data the run was fitted on)")
     e.add_argument("--data-dir", help="where the run's benchmark file lives (default: as at fit time)")
     e.add_argument("--json", action="store_true", help="print the full metrics as JSON")
+    add_reading_flags(e, "reading --data (default: as the run was fitted)")
     e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser("predict", help="forecast the next horizon steps after a file's last row")
     r.add_argument("--run", required=True, help="run directory")
     r.add_argument("--input", help=".csv/.parquet history with the fitted columns (default: fitted data)")
     r.add_argument("--output", required=True, help=".csv or .parquet to write")
+    add_reading_flags(r, "reading --input (default: as the run was fitted)")
     r.set_defaults(func=cmd_predict)

@@ -21,12 +21,25 @@ OPTIMIZERS = ("adam", "adamw")
 LR_SCHEDULES = ("type1", "type3", "onecycle", "constant")
 PROTOCOLS = ("fair", "paper")
 PADDINGS = ("end", "none")
+TRAIN_ON = ("train", "train+val")
 
 
 def _models() -> list[str]:
     from tsmix.forecasting.registry import available_models
 
     return available_models()
+
+
+def _fills() -> tuple[str, ...]:
+    from tsmix.datasets import FILLS
+
+    return tuple(FILLS)
+
+
+def _date_units() -> tuple[str, ...]:
+    from tsmix.datasets import DATE_UNITS
+
+    return tuple(DATE_UNITS)
 
 
 def _f(default: Any = None, help: str = "", *, factory: Any = None, choices: Any = None) -> Any:
@@ -53,6 +66,12 @@ class ForecasterConfig:
     horizon: int = _f(96, "H: steps to forecast")
     features: str = _f("M", "M all->all, S target->target, MS all->target", choices=FEATURES)
     target: str | None = _f(None, "target column; None = \"OT\" if present else the last column")
+    # --- reading the data (tsmix.datasets.load keywords; None = the strict default)
+    fill: str | None = _f(None, "fill NaN/inf values and missing timestamps (ffill | interpolate | zero); "
+                          "None = reject them", choices=_fills)
+    date_format: str | None = _f(None, "strftime format of text dates; None = inferred from the whole column")
+    date_unit: str | None = _f(None, "read an integer date column as epoch times in this unit (s | ms | us "
+                               "| ns)", choices=_date_units)
     # --- architecture (None = the model's default: its config dataclass)
     d_model: int | None = _f(None, "token width")
     heads: int | None = _f(None, "mixer heads")
@@ -86,6 +105,11 @@ class ForecasterConfig:
     patience: int | None = _f(None, "early stopping on validation loss; best weights restored")
     grad_clip: float | None = _f(None, "max global grad norm; None = no clipping (official)")
     drop_last: bool = _f(True, "drop the last partial training batch (official loaders do)")
+    train_on: str = _f(
+        "train", "train: fit on the training windows, keep the best validation epoch; train+val: the final "
+        "refit on training and validation windows for exactly `epochs` epochs (no validation, no early "
+        "stopping)", choices=TRAIN_ON
+    )
     seed: int = _f(2021, "torch/numpy/python seeds and the shuffling generator")
     device: str = _f("auto", "auto (cuda if present else cpu) | cpu | cuda | cuda:N | mps")
     threads: int | None = _f(None, "torch.set_num_threads when given")
@@ -127,6 +151,10 @@ class ForecasterConfig:
             v = getattr(self, name)
             if v is not None and not 0.0 <= v < 1.0:
                 raise TsmixError(f"{name} must be in [0, 1), got {v!r}")
+        if self.date_format is not None or self.date_unit is not None:
+            from tsmix.datasets.dates import check_date_args
+
+            check_date_args(self.date_format, self.date_unit)
         if self.kernel_size % 2 == 0:
             raise TsmixError(f"kernel_size must be odd (centred moving average), got {self.kernel_size}")
         spec = self.model_spec()

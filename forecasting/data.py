@@ -6,6 +6,7 @@ history to forecast from); this module only checks that the data matches what wa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,25 @@ from tsmix.errors import TsmixError
 from tsmix.forecasting.fitted import Fitted
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a source is read (``tsmix.datasets.load`` keywords): the fitted config's, or a call's."""
+
+    fill: str | None = None  # None | ffill | interpolate | zero
+    date_format: str | None = None  # strftime format of text dates
+    date_unit: str | None = None  # epoch unit of integer dates
+
+    @classmethod
+    def of(cls, f: Fitted, **given: str | None) -> Reading:
+        """The fitted config's reading, with the keywords given (not None) taking over."""
+        c = f.config
+        base = {"fill": c.fill, "date_format": c.date_format, "date_unit": c.date_unit}
+        return cls(**{**base, **{k: v for k, v in given.items() if v is not None}})
+
+    def kwargs(self) -> dict[str, str | None]:
+        return {"fill": self.fill, "date_format": self.date_format, "date_unit": self.date_unit}
+
+
 def source_of(data: Any) -> str | None:
     """How to find the data again after load: a benchmark name or an absolute file path."""
     if isinstance(data, (str, Path)):
@@ -25,7 +45,7 @@ def source_of(data: Any) -> str | None:
     return None
 
 
-def prepared_for(f: Fitted, data: Any, data_dir: str | Path | None) -> Any:
+def prepared_for(f: Fitted, data: Any, data_dir: str | Path | None, reading: Reading | None = None) -> Any:
     """``tsmix.datasets.Prepared`` of ``data``, or of the fitted data (cached; re-read after load)."""
     from tsmix.datasets import prepare
 
@@ -36,36 +56,60 @@ def prepared_for(f: Fitted, data: Any, data_dir: str | Path | None) -> Any:
         if f.source is None:
             raise TsmixError(
                 "this forecaster was fitted on an in-memory frame, which is not saved; "
-                "pass the data: evaluate(data=frame)"
+                "pass the data: evaluate(data=frame) in Python, --data FILE on the command line"
             )
         data = f.source
         data_dir = data_dir if data_dir is not None else f.data_dir
     cfg = f.config
     prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
-                       date_col=None if isinstance(data, (str, Path)) else f.date_col, target=f.target)
+                       date_col=None if isinstance(data, (str, Path)) else f.date_col, target=f.target,
+                       **(reading or Reading.of(f)).kwargs())
     check_columns(tuple(prepared.series.columns), f.columns)
     if refit_source:
         f.prepared = prepared  # cache the re-read fitted data
     return prepared
 
 
-def history_of(f: Fitted, df: Any) -> tuple[np.ndarray, np.ndarray, str]:
-    """The last ``lookback`` rows to forecast from: ``(values (L, C), timestamps (L,), date column)``."""
+@dataclass(frozen=True)
+class History:
+    """The last ``lookback`` rows to forecast from."""
+
+    values: np.ndarray  # (L, C) original units
+    timestamps: np.ndarray  # (L,) datetime64[ns]: UTC instants when tz is set
+    date_col: str  # the date column's name, used for the forecast frame
+    tz: str | None  # zone of the dates; the forecast is stamped in it
+
+
+def history_of(f: Fitted, df: Any, reading: Reading | None = None) -> History:
+    """The history of ``df`` (default: the fitted data's last rows), checked against the fit."""
     from tsmix.datasets import load
 
     lookback = f.config.lookback
     if df is None:
-        return f.context_values, f.context_ts, f.date_col
+        return History(f.context_values, f.context_ts, f.date_col, f.tz)
     if not isinstance(df, (pd.DataFrame, pl.DataFrame, str, Path)):
         raise TsmixError(f"predict takes a pandas/polars frame or a file path, got {type(df).__name__}")
-    series = load(df, target=f.target)
+    series = load(df, target=f.target, **(reading or Reading.of(f)).kwargs())
     check_columns(tuple(series.columns), f.columns)
+    check_freq(series.freq, f.freq)
     if series.n_rows < lookback:
         raise TsmixError(
             f"history too short: {series.n_rows} rows but the model needs lookback={lookback} "
             "rows; pass a longer frame"
         )
-    return series.values[-lookback:], series.timestamps[-lookback:], getattr(series, "date_col", f.date_col)
+    return History(series.values[-lookback:], series.timestamps[-lookback:],
+                   getattr(series, "date_col", f.date_col), series.tz)
+
+
+def check_freq(got: str, want: str) -> None:
+    """A history must be sampled at the fitted frequency: its forecast is labelled with it."""
+    try:
+        same = pd.tseries.frequencies.to_offset(got) == pd.tseries.frequencies.to_offset(want)
+    except ValueError:
+        same = got == want
+    if not same:
+        raise TsmixError(f"the history is sampled every {got} but the model was fitted on data every {want}; "
+                         f"resample the history to {want} (or fit a model on {got} data)")
 
 
 def check_columns(got: tuple[str, ...], want: tuple[str, ...]) -> None:
@@ -84,8 +128,3 @@ def check_columns(got: tuple[str, ...], want: tuple[str, ...]) -> None:
         f"the frame's columns differ from the fitted ones ({'; '.join(detail)}); "
         f"pass the columns {list(want)} in this order"
     )
-
-
-def future_timestamps(last: Any, freq: str, horizon: int) -> pd.DatetimeIndex:
-    """The ``horizon`` timestamps after ``last`` at ``freq``."""
-    return pd.date_range(start=pd.Timestamp(last), periods=horizon + 1, freq=freq)[1:]

@@ -41,6 +41,8 @@ class Fitted:
     metrics: dict
     prepared: Any = None  # tsmix.datasets.Prepared while the data is at hand
     plot_from: Path | None = None  # an existing forecast.png (after load) to carry on save
+    tz: str | None = None  # the dates' zone (context_ts are then UTC instants); None: naive dates
+    metrics_error: str | None = None  # why a loaded run's metrics.json could not be read (predict needs none)
 
     @property
     def in_idx(self) -> list[int]:
@@ -60,6 +62,25 @@ class Fitted:
     @property
     def out_columns(self) -> list[str]:
         return [self.columns[i] for i in self.out_idx]
+
+
+def check_device(name: str) -> torch.device:
+    """The torch device ``name`` asks for, once it exists here (before any data is read)."""
+    device = tr.resolve_device(name)
+    why = None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if torch.version.cuda is None:
+            why = "this torch build has no CUDA support"
+        elif count == 0:
+            why = "no CUDA GPU is visible"
+        elif device.index is not None and device.index >= count:
+            why = f"this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        why = "the Apple MPS backend is not available here"
+    if why is not None:
+        raise TsmixError(f"device {name!r} is not available ({why}); use --device cpu or auto")
+    return device
 
 
 def device_windows(prepared: Any, split: str, device: torch.device) -> Any:

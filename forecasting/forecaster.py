@@ -22,12 +22,15 @@ from torch import nn
 from tsmix.errors import TsmixError
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig, check_fields
-from tsmix.forecasting.data import future_timestamps, history_of, prepared_for, source_of
-from tsmix.forecasting.fitted import Fitted, device_windows, evaluate_split, forecast_window
+from tsmix.forecasting.data import Reading, history_of, prepared_for, source_of
+from tsmix.forecasting.final_fit import train_fixed_epochs, train_val_windows
+from tsmix.forecasting.fitted import Fitted, check_device, device_windows, evaluate_split, forecast_window
 from tsmix.forecasting.plotting import plot_last_window
 from tsmix.forecasting.registry import build_model, count_params
-from tsmix.forecasting.rundir import load_run, save_run
+from tsmix.forecasting.rundir import check_out_dir, load_run, save_run
 from tsmix.registry import mixer_options, mixer_spec
+
+EpochCallback = Callable[[int, dict], None]  # cb(epoch (1-based), logs)
 
 
 def seed_everything(seed: int) -> None:
@@ -82,8 +85,10 @@ class Forecaster:
 
     def __repr__(self) -> str:
         default = ForecasterConfig()
+        mixer = self._config.model_spec().uses_mixer  # a model without a mixer does not name one
         diff = [f"{k}={v!r}" for k, v in self.get_params().items()
-                if k in ("model", "mixer") or v != getattr(default, k)]
+                if (k == "model" or (k == "mixer" and mixer) or v != getattr(default, k))
+                and (mixer or k not in ("mixer", "mixer_options"))]
         return f"Forecaster({', '.join(diff)})"
 
     # ----------------------------------------------------------------- fitted attributes
@@ -104,7 +109,10 @@ class Forecaster:
 
     @property
     def metrics_(self) -> dict:
-        return dict(self._require_fitted().metrics)
+        f = self._require_fitted()
+        if f.metrics_error is not None:
+            raise TsmixError(f.metrics_error)
+        return dict(f.metrics)
 
     @property
     def n_params(self) -> int:
@@ -117,28 +125,37 @@ class Forecaster:
     # ----------------------------------------------------------------- fit
     def fit(
         self, data: Any, *, data_dir: str | Path | None = None, date_col: str | None = None,
-        callbacks: Sequence[Callable[[int, dict], None]] = (),
+        callbacks: Sequence[EpochCallback] = (), evaluate_test: bool = True,
+        out: str | Path | None = None,
     ) -> Forecaster:
         """Train on ``data`` (benchmark name, csv/parquet path, pandas or polars frame).
 
         ``callbacks``: each is called after every epoch as ``cb(epoch, logs)`` (epoch 1-based,
         logs with train_loss, val_loss, lr, seconds); an exception raised there propagates.
+        ``evaluate_test=False`` leaves the test split unscored (tuning trials select on validation
+        only; ``evaluate("test")`` scores it later). ``out``: the run directory :meth:`save` will
+        write, checked before anything is read or trained (an unwritable place fails at once).
+        With ``train_on="train+val"`` (config) the model trains on the training and validation
+        windows for exactly ``epochs`` epochs; ``val_mse`` is then NaN (nothing is held out).
         """
         from tsmix.datasets import prepare
 
         cfg = self._config.resolved()
         check_mixer(cfg)  # a bad mixer name/option fails before the data is read
+        device = check_device(cfg.device)
+        if out is not None:
+            check_out_dir(out)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
-                           date_col=date_col, target=cfg.target)
-        if cfg.eval_protocol == "paper" and len(prepared.test) < cfg.test_batch_size:
+                           date_col=date_col, target=cfg.target, fill=cfg.fill, date_format=cfg.date_format,
+                           date_unit=cfg.date_unit)
+        if evaluate_test and cfg.eval_protocol == "paper" and len(prepared.test) < cfg.test_batch_size:
             raise TsmixError(
                 f"eval_protocol='paper' keeps only full test batches of {cfg.test_batch_size}, but the "
                 f"test split has {len(prepared.test)} windows; use eval_protocol='fair' or a smaller "
                 "test_batch_size"
             )
-        device = tr.resolve_device(cfg.device)
         seed_everything(cfg.seed)
         series = prepared.series
         fitted = Fitted(
@@ -150,32 +167,37 @@ class Forecaster:
             context_ts=np.asarray(series.timestamps[-cfg.lookback:], dtype="datetime64[ns]"),
             source=source_of(data),
             data_dir=None if data_dir is None else str(Path(data_dir).expanduser().resolve()),
-            history=[], best_epoch=0, metrics={}, prepared=prepared,
+            history=[], best_epoch=0, metrics={}, prepared=prepared, tz=series.tz,
         )
-        train_ws, val_ws = device_windows(prepared, "train", device), device_windows(prepared, "val", device)
-        result = tr.train(fitted.model, train_ws, val_ws, cfg, device, out_index=fitted.out_index,
-                          callbacks=callbacks)
+        result, n_windows = _train(fitted, prepared, callbacks)
         fitted.history, fitted.best_epoch = result.history, result.best_epoch
-        test = evaluate_split(fitted, prepared, "test", cfg.eval_protocol)
         n_epochs = len(result.history)
-        fitted.metrics = {
-            "mse": test["mse"], "mae": test["mae"], "val_mse": result.best_val, "epochs": n_epochs,
-            "best_epoch": result.best_epoch, "train_seconds": result.train_seconds,
+        test = evaluate_split(fitted, prepared, "test", cfg.eval_protocol) if evaluate_test else {}
+        metrics = {
+            "mse": test.get("mse"), "mae": test.get("mae"),
+            # validation rows trained on (train+val): no held-out score
+            "val_mse": result.best_val if cfg.train_on == "train" else float("nan"),
+            "epochs": n_epochs, "best_epoch": result.best_epoch, "train_seconds": result.train_seconds,
             "seconds_per_epoch": result.train_seconds / max(n_epochs, 1), "fit_seconds": result.seconds,
             "params": count_params(fitted.model), "protocol": cfg.eval_protocol,
-            "test_windows": test["windows"], "device": str(device), "per_channel": test["per_channel"],
+            "test_windows": test.get("windows"), "device": str(device),
+            "per_channel": test.get("per_channel"), "train_on": cfg.train_on, "train_windows": n_windows,
         }
+        test_keys = ("mse", "mae", "test_windows", "per_channel")
+        fitted.metrics = {k: v for k, v in metrics.items() if evaluate_test or k not in test_keys}
         self._fitted = fitted
         return self
 
     # ----------------------------------------------------------------- evaluate
     def evaluate(self, split: str = "test", protocol: str | None = None, *, data: Any = None,
-                 data_dir: str | Path | None = None) -> dict[str, Any]:
+                 data_dir: str | Path | None = None, fill: str | None = None, date_format: str | None = None,
+                 date_unit: str | None = None) -> dict[str, Any]:
         """MSE/MAE on the normalized scale, overall and per channel, over the split's windows.
 
         ``protocol``: ``fair`` every window; ``paper`` only full batches of ``test_batch_size``
         (the official loaders' drop_last). ``data``: evaluate on other data with the same
-        columns (default: the fitted data, re-read from its source after ``load``).
+        columns (default: the fitted data, re-read from its source after ``load``); ``fill``,
+        ``date_format``, ``date_unit`` read it (default: as at fit time).
         """
         f = self._require_fitted()
         protocol = protocol or f.config.eval_protocol
@@ -183,22 +205,28 @@ class Forecaster:
             raise TsmixError(f"protocol must be 'fair' or 'paper', got {protocol!r}")
         if split not in ("train", "val", "test"):
             raise TsmixError(f"split must be train, val or test, got {split!r}")
-        return evaluate_split(f, prepared_for(f, data, data_dir), split, protocol)
+        reading = Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit)
+        return evaluate_split(f, prepared_for(f, data, data_dir, reading), split, protocol)
 
     # ----------------------------------------------------------------- predict
     @torch.no_grad()
-    def predict(self, df: Any = None) -> pd.DataFrame | pl.DataFrame:
+    def predict(self, df: Any = None, *, fill: str | None = None, date_format: str | None = None,
+                date_unit: str | None = None) -> pd.DataFrame | pl.DataFrame:
         """The next ``horizon`` steps after the end of ``df`` (default: the fitted data).
 
         Returns a frame of the input's type (pandas for None or a path) with the date column
-        first, future timestamps at the data's frequency, and values in original units.
+        first, future timestamps at the fitted frequency (in the history's zone when its dates
+        carry one), and values in original units. ``df`` must be sampled at the fitted frequency.
+        ``fill``, ``date_format``, ``date_unit`` read ``df`` (default: as at fit time).
         """
         f = self._require_fitted()
-        values, ts, date_col = history_of(f, df)
-        forecast = forecast_window(f, np.asarray(values, dtype=np.float32))  # (H, C_out)
-        future = future_timestamps(ts[-1], f.freq, f.config.horizon)
+        from tsmix.datasets import future_index
+
+        h = history_of(f, df, Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit))
+        forecast = forecast_window(f, np.asarray(h.values, dtype=np.float32))  # (H, C_out)
+        future = future_index(h.timestamps[-1], f.freq, f.config.horizon, h.tz)
         out = pd.DataFrame(forecast.astype(np.float64), columns=f.out_columns)
-        out.insert(0, date_col, future)
+        out.insert(0, h.date_col, future)
         return pl.from_pandas(out) if isinstance(df, pl.DataFrame) else out
 
     # ----------------------------------------------------------------- plots, diagnostics
@@ -218,7 +246,11 @@ class Forecaster:
 
     # ----------------------------------------------------------------- save / load
     def save(self, path: str | Path) -> Path:
-        """Write the run directory atomically (temporary sibling folder, then rename)."""
+        """Write the run directory atomically (temporary sibling folder, then rename).
+
+        ``path`` must be a new or empty folder, or an earlier run directory (replaced), in a writable
+        place; ``fit(..., out=path)`` checks that before training.
+        """
         return save_run(self._require_fitted(), path, self.plot_forecast)
 
     @classmethod
@@ -230,13 +262,30 @@ class Forecaster:
         return est
 
 
+def _train(fitted: Fitted, prepared: Any, callbacks: Sequence[EpochCallback]) -> tuple[Any, int]:
+    """Train ``fitted.model`` as its config says; (the trainer's result, training windows)."""
+    cfg, device = fitted.config, fitted.device
+    if cfg.train_on == "train+val":
+        windows = train_val_windows(prepared)
+        on_device = windows if device.type == "cpu" else windows.to(device)
+        return train_fixed_epochs(fitted.model, on_device, cfg, device, out_index=fitted.out_index,
+                                  callbacks=callbacks), len(windows)
+    train_ws, val_ws = device_windows(prepared, "train", device), device_windows(prepared, "val", device)
+    return tr.train(fitted.model, train_ws, val_ws, cfg, device, out_index=fitted.out_index,
+                    callbacks=callbacks), len(prepared.train)
+
+
 def check_mixer(cfg: ForecasterConfig) -> None:
-    """A model with a mixer gets one that exists, takes these options and runs in the mode it needs."""
+    """The mixer exists (for every model); a model with a mixer gets one that takes these options and
+    runs in the mode it needs; a model without one takes no mixer options."""
     spec = cfg.model_spec()
+    mixer = mixer_spec(cfg.mixer)  # unknown name -> TsmixError listing the registered mixers
     if not spec.uses_mixer:
+        if cfg.mixer_options:
+            raise TsmixError(f"model {cfg.model!r} has no token mixer, so mixer options "
+                             f"{sorted(cfg.mixer_options)} would do nothing; drop them (--mixer-option)")
         return
     mixer_options(cfg.mixer, **cfg.mixer_options)
-    mixer = mixer_spec(cfg.mixer)
     if spec.needs.causal_mixer and not mixer.supports_causal:
         raise TsmixError(f"model {cfg.model!r} needs a causal mixer but mixer {cfg.mixer!r} is bidirectional "
                          "only; pick a causal mixer")

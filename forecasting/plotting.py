@@ -17,9 +17,9 @@ from tsmix.errors import TsmixError
 
 def plot_window(
     path: str | Path,
-    history_ts: np.ndarray,
+    history_ts: np.ndarray | pd.DatetimeIndex,
     history: np.ndarray,
-    future_ts: np.ndarray,
+    future_ts: np.ndarray | pd.DatetimeIndex,
     truth: np.ndarray | None,
     forecast: np.ndarray,
     title: str,
@@ -48,6 +48,11 @@ def plot_window(
     return path
 
 
+def run_label(cfg: Any) -> str:
+    """``model/mixer``, or the model alone when it has no token mixer."""
+    return f"{cfg.model}/{cfg.mixer}" if cfg.model_spec().uses_mixer else cfg.model
+
+
 def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test",
                      channel: str | None = None) -> Path:
     """PNG of the last window of ``split`` for a fitted forecaster ``f`` (a ``Fitted``)."""
@@ -58,13 +63,13 @@ def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test
         raise TsmixError(f"channel {channel!r} is not forecast; choose one of {f.out_columns}")
     _, b = prepared.borders[split]
     L, H = f.config.lookback, f.config.horizon
-    raw, ts = prepared.series.values, prepared.series.timestamps
+    raw, ts = prepared.series.values, prepared.series.index  # zoned stamps when the data has a zone
     s = b - L - H  # the last window of the split
     pred = forecast_window(f, raw[s : s + L])[:, f.out_columns.index(channel)]
     c = f.columns.index(channel)
     return plot_window(
         path, ts[s : s + L], raw[s : s + L, c], ts[s + L : s + L + H], raw[s + L : s + L + H, c], pred,
-        title=f"{prepared.series.name} {split}: {f.config.model}/{f.config.mixer} "
+        title=f"{prepared.series.name} {split}: {run_label(f.config)} "
               f"L={L} H={H}, channel {channel}",
         ylabel=channel,
     )

@@ -1,16 +1,15 @@
 """Run directories: ``config.json``, weights, context, metrics and the forecast plot.
 
 Written to a temporary sibling folder and renamed, so a crash never leaves half a run; an
-existing run directory is swapped out only once the new one is complete.
+existing run directory is swapped out only once the new one is complete. A temporary folder
+left by a killed save is removed by the next save into the same parent (see :mod:`rundir_files`)
+and refused by :func:`load_run`. Every damaged file is named in one line, without a traceback.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,25 @@ import numpy as np
 import torch
 
 from tsmix.errors import TsmixError
-from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig
-from tsmix.forecasting.fitted import Fitted
+from tsmix.forecasting.fitted import Fitted, check_device
 from tsmix.forecasting.registry import build_model
+from tsmix.forecasting.rundir_files import (
+    CONTEXT,
+    PLOT,
+    WEIGHTS,
+    atomic_dir,
+    check_out_dir,
+    load_state,
+    read_json,
+    read_tensors,
+    refuse_temporary,
+)
 
 FORMAT = "tsmix.forecaster"
 FORMAT_VERSION = 1
-WEIGHTS = "model.safetensors"
-CONTEXT = "context.safetensors"
-PLOT = "forecast.png"
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "check_out_dir", "config_json", "load_run", "save_run"]
 
 
 def save_run(f: Fitted, path: str | Path, plot: Callable[[Path], Any]) -> Path:
@@ -39,15 +47,7 @@ def save_run(f: Fitted, path: str | Path, plot: Callable[[Path], Any]) -> Path:
     """
     from safetensors.torch import save_file
 
-    path = Path(path).expanduser().resolve()
-    foreign = path.exists() and (
-        not path.is_dir() or (any(path.iterdir()) and not (path / "config.json").exists())
-    )
-    if foreign:
-        raise TsmixError(f"{path} exists and is not a tsmix run directory; choose another --out")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with atomic_dir(path) as tmp:
         state = {k: v.detach().cpu().contiguous() for k, v in f.model.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS))
         stamps = f.context_ts.astype("datetime64[ns]").astype(np.int64)
@@ -64,17 +64,7 @@ def save_run(f: Fitted, path: str | Path, plot: Callable[[Path], Any]) -> Path:
             except TsmixError:
                 if f.prepared is not None:
                     raise
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+    return Path(path).expanduser().resolve()
 
 
 def config_json(f: Fitted) -> dict[str, Any]:
@@ -86,48 +76,75 @@ def config_json(f: Fitted) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "config": f.config.to_dict(),
         "data": {"source": f.source, "data_dir": f.data_dir, "columns": list(f.columns),
-                 "target": f.target, "target_idx": f.target_idx, "freq": f.freq,
+                 "target": f.target, "target_idx": f.target_idx, "freq": f.freq, "tz": f.tz,
                  "date_col": f.date_col, "channels_in": len(f.in_idx), "out_columns": f.out_columns},
         "scaler": _jsonable(f.scaler.to_dict()),
         "training": {"history": f.history, "best_epoch": f.best_epoch},
     }
 
 
+def _load_device(cfg: ForecasterConfig) -> torch.device:
+    """The run's device when it exists here, else the CPU (a GPU run loads on a laptop)."""
+    try:
+        return check_device(cfg.device)
+    except TsmixError:
+        return torch.device("cpu")
+
+
 def load_run(path: str | Path) -> Fitted:
     """Read a run directory written by :func:`save_run` (``Forecaster.save``, ``tsmix fit``)."""
-    from safetensors.torch import load_file
-
     from tsmix.datasets import Scaler
 
     path = Path(path).expanduser()
+    refuse_temporary(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise TsmixError(f"{path} is not a tsmix run directory (no config.json)")
-    meta = json.loads(cfg_file.read_text())
-    if meta.get("format") != FORMAT:
-        raise TsmixError(f"{cfg_file} is not a tsmix forecaster config (format {meta.get('format')!r})")
-    cfg = ForecasterConfig.from_dict(meta["config"])
-    data = meta["data"]
-    device = tr.resolve_device(cfg.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        device = torch.device("cpu")
-    model = build_model(cfg, int(data["channels_in"]))
-    if not (path / WEIGHTS).is_file():
-        raise TsmixError(f"no weights in {path}: expected {WEIGHTS}")
-    model.load_state_dict(load_file(str(path / WEIGHTS)))
+        hint = "it is a file" if path.is_file() else "no config.json"
+        raise TsmixError(f"{path} is not a tsmix run directory ({hint}); "
+                         "pass the folder tsmix fit --out wrote")
+    meta = read_json(cfg_file)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise TsmixError(f"{cfg_file} is not a tsmix forecaster config (format {got!r}); "
+                         "pass a run directory written by tsmix fit")
+    try:
+        cfg = ForecasterConfig.from_dict(meta["config"])
+        data, training = meta["data"], meta.get("training", {})
+        facts = dict(columns=tuple(data["columns"]), target=data["target"],
+                     target_idx=int(data["target_idx"]), freq=data["freq"], date_col=data["date_col"],
+                     source=data["source"], data_dir=data["data_dir"], tz=data.get("tz"),
+                     history=list(training.get("history", [])),
+                     best_epoch=int(training.get("best_epoch", 0)))
+        channels = int(data["channels_in"])
+        scaler = Scaler.from_dict(meta["scaler"])
+    except TsmixError as exc:
+        raise TsmixError(f"{cfg_file}: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise TsmixError(f"{cfg_file} is damaged ({what}); re-run tsmix fit to write the run again") from None
+    model = build_model(cfg, channels)
+    load_state(model, path)
+    device = _load_device(cfg)
     model.to(device).eval()
-    ctx = load_file(str(path / CONTEXT))
+    ctx = read_tensors(path / CONTEXT, ("values", "timestamps"))
+    values, stamps = ctx["values"].numpy(), ctx["timestamps"].numpy().astype("datetime64[ns]")
+    if values.shape != (cfg.lookback, len(facts["columns"])) or stamps.shape != (cfg.lookback,):
+        raise TsmixError(f"{path / CONTEXT} holds shape {values.shape} but config.json asks for "
+                         f"({cfg.lookback}, {len(facts['columns'])}); re-run tsmix fit")
+    metrics, metrics_error = {}, None
     metrics_file = path / "metrics.json"
-    training = meta.get("training", {})
+    if metrics_file.is_file():
+        try:
+            metrics = read_json(metrics_file)
+            if not isinstance(metrics, dict):
+                raise TsmixError(f"{metrics_file} is damaged (a JSON {type(metrics).__name__}, not an "
+                                 f"object); tsmix evaluate --run {path} gives the numbers again")
+        except TsmixError as exc:
+            metrics, metrics_error = {}, str(exc)  # predict does not need metrics: named when asked for
     return Fitted(
-        model=model, config=cfg, device=device, columns=tuple(data["columns"]), target=data["target"],
-        target_idx=int(data["target_idx"]), freq=data["freq"], date_col=data["date_col"],
-        scaler=Scaler.from_dict(meta["scaler"]), context_values=ctx["values"].numpy(),
-        context_ts=ctx["timestamps"].numpy().astype("datetime64[ns]"), source=data["source"],
-        data_dir=data["data_dir"], history=training.get("history", []),
-        best_epoch=int(training.get("best_epoch", 0)),
-        metrics=json.loads(metrics_file.read_text()) if metrics_file.is_file() else {},
-        plot_from=(path / PLOT) if (path / PLOT).is_file() else None,
+        model=model, config=cfg, device=device, scaler=scaler, context_values=values, context_ts=stamps,
+        metrics=metrics, metrics_error=metrics_error,
+        plot_from=(path / PLOT) if (path / PLOT).is_file() else None, **facts,
     )
 
 

@@ -108,6 +108,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--show-space", action="store_true",
                    help="print the effective search space (after --set and --space) as JSON and exit")
     p.add_argument("--quiet", action="store_true", help="only print the summary")
+    from tsmix.forecasting.cli import add_reading_flags
+
+    add_reading_flags(p, "reading --dataset (held fixed like --set)")
     add_tracking_arguments(p, default_experiment=None, optional=False)
     p.set_defaults(func=_tune)
 
@@ -119,9 +122,16 @@ def _tune(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per event
+    from tsmix.forecasting.cli import reading_of
+
     fixed = dict(args.fixed)
     if "features" in fixed:
-        raise TsmixError("use --features, not --set features=...")
+        raise TsmixError("--set features=... is not taken: use --features")
+    for name, value in reading_of(args).items():
+        if name in fixed and fixed[name] != value:
+            raise TsmixError(f"--set {name}={fixed[name]} and --{name.replace('_', '-')} {value} disagree; "
+                             "give it once")
+        fixed[name] = value
     mixers = [m for m in args.mixers.split(",") if m.strip()]
     if args.show_space:
         from tsmix.tuning import spaces
@@ -131,7 +141,7 @@ def _tune(args: argparse.Namespace) -> int:
         print(json.dumps(search.describe(), indent=2, sort_keys=True, default=str))
         return 0
     if not args.dataset:
-        raise TsmixError("--dataset is required (a benchmark name such as ETTh1, or a CSV/parquet path)")
+        raise TsmixError("--dataset is required: a benchmark name such as ETTh1, or a CSV/parquet path")
     from tsmix.tuning.study import run_study
 
     result = run_study(

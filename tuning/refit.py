@@ -1,5 +1,9 @@
 """The end of a study: once it has its count, one worker refits the best trial with full
-tracking (model logged, optionally registered and aliased) and closes the study's run."""
+tracking (model logged, optionally registered and aliased) and closes the study's run.
+
+The refit (the champion) trains on the training and validation windows for exactly the best
+trial's best epoch count (``train_on="train+val"``), is scored once on test, and is what gets
+registered; its version carries the best trial's validation MSE as the selection score."""
 
 from __future__ import annotations
 
@@ -50,19 +54,35 @@ def finish(worker: Worker, trials: int, params_of: ParamsOf, refit: bool, regist
     return tracked
 
 
+def champion_params(best: FrozenTrial, params: dict[str, Any]) -> dict[str, Any]:
+    """The champion's settings: the best trial's, trained on train+val for its best epoch count.
+
+    Selection is over (validation is spent), so the final model sees the validation windows too and
+    trains exactly as long as the best trial took to reach its best validation loss. A trial without
+    a recorded best epoch (an older study) is refit as it was tuned: on train, selected on val.
+    """
+    epochs = int(best.user_attrs.get("best_epoch") or 0)
+    return {**params, "epochs": epochs, "train_on": "train+val"} if epochs >= 1 else dict(params)
+
+
 def refit_best(worker: Worker, best: FrozenTrial, params: dict[str, Any], register_as: str | None,
                alias: str, out_dir: str | Path | None) -> TrackedRun:
     st = worker.study
-    worker.say(f"refitting best trial {best.number} (val_mse {best.value:.5g}): {params}")
+    params = champion_params(best, params)
+    how = (f"on train+val for {params['epochs']} epochs" if "train_on" in params
+           else "on train (no best epoch recorded)")
+    worker.say(f"refitting best trial {best.number} (val_mse {best.value:.5g}) {how}: {params}")
     out = Path(out_dir or DEFAULT_OUT).expanduser().resolve() / f"{st.study_name}-trial-{best.number}"
+    selection = {"optuna.study": st.study_name, "optuna.trial": str(best.number),
+                 "val_mse": f"{best.value:.6g}"}  # the selection score: the champion has none of its own
     tracked = track_fit(
         worker.forecaster(params), worker.data, worker.uri,
         experiment=experiment_name(worker.uri, worker.experiment_id),
         register_as=register_as, alias=alias, out_dir=out, data_dir=worker.data_dir,
         date_col=worker.date_col, run_name=f"best-trial-{best.number}", parent_run_id=worker.parent,
-        tags={"optuna.study": st.study_name, "optuna.trial": str(best.number), "tsmix.refit": "true"},
-        lineage=worker.lineage,
-        version_tags={"optuna.study": st.study_name, "optuna.trial": str(best.number)},
+        tags={"optuna.study": st.study_name, "optuna.trial": str(best.number), "tsmix.refit": "true",
+              "tsmix.selection_val_mse": f"{best.value:.6g}"},
+        lineage=worker.lineage, version_tags=selection,
     )
     if tracked.registered_name:
         uri = f"models:/{tracked.registered_name}@{tracked.alias}"

@@ -88,6 +88,37 @@ def test_registered_version_is_described_and_a_rerun_names_the_champion(fixed_st
     assert again.model_uri == first.refit.model_uri and again.registered_version == "1"  # ...but it says what
 
 
+def test_champion_trains_on_train_and_val_for_the_best_epoch(fixed_study, mini_csv):
+    """#17.2: the registered model is the best trial's settings refit on train+val windows for exactly
+    the trial's best epoch count (no early stopping), scaler still from train rows, test scored once."""
+    import math
+
+    from mlflow import MlflowClient
+
+    from tsmix.datasets import prepare
+    from tsmix.forecasting import Forecaster
+    from tsmix.tuning.storage import open_storage
+
+    root, uri, first, _ = fixed_study
+    store = open_storage(f"journal:{root / 'sub/dir/s.log'}")
+    study = optuna.load_study(study_name="s", storage=store.optuna)
+    best = study.best_trial
+    champion = Forecaster.load(first.refit.out_dir)
+    assert champion.config.train_on == "train+val"
+    assert champion.config.epochs == best.user_attrs["best_epoch"] == len(champion.history) >= 1
+    assert all("val_loss" not in h for h in champion.history)  # nothing held out, nothing selected
+    p = prepare(str(mini_csv), TINY["lookback"], TINY["horizon"])
+    m = champion.metrics_
+    span = p.borders["val"][1] - p.borders["train"][0] - TINY["lookback"] - TINY["horizon"] + 1
+    assert m["train_windows"] == span > len(p.train) + len(p.val)  # every train and val window
+    assert math.isnan(m["val_mse"]) and m["test_windows"] == len(p.test)
+    assert champion.evaluate("test")["mse"] == pytest.approx(m["mse"], rel=1e-6)
+    scaler = champion._fitted.scaler  # fit on the training rows only
+    assert scaler.mean_ == pytest.approx(p.scaler.mean_)
+    v = MlflowClient(tracking_uri=uri).get_model_version_by_alias("trusty", "champion")
+    assert v.tags["val_mse"] == f"{best.value:.6g}"  # the selection score, not an in-sample one
+
+
 def test_trial_log_lines_show_epochs(mini_csv, tmp_path, capsys):
     run_study(str(mini_csv), trials=1, storage=f"sqlite:///{tmp_path / 'o.db'}", study="e",
               tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", refit=False, verbose=True,

@@ -1,0 +1,56 @@
+"""The final refit (``train_on="train+val"``): training and validation windows, a fixed epoch count.
+
+Once a study has chosen the settings and the epoch count on validation, the model it hands on is
+trained once more on every window before the test rows, for exactly that many epochs: there is no
+held-out data left to validate on, so no early stopping and no best-epoch restore. The scaler stays
+fit on the training rows (``prepare`` fits it), and the test split is still scored once afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tsmix.engine import Callback, FitResult, Task, WindowBatches, fit
+from tsmix.forecasting import trainer as tr
+from tsmix.forecasting.config import ForecasterConfig
+
+
+def train_val_windows(prepared: Any) -> Any:
+    """One WindowSet over the rows of train and val together: every training and validation
+    window, plus the windows whose target straddles the border."""
+    from tsmix.datasets import WindowSet
+
+    t = prepared.train
+    return WindowSet(prepared.data, prepared.lookback, prepared.horizon, prepared.features,
+                     prepared.target_idx, prepared.borders["train"][0], prepared.borders["val"][1],
+                     marks=t.marks)
+
+
+def train_fixed_epochs(
+    model: nn.Module, windows: Any, cfg: ForecasterConfig, device: torch.device, *,
+    out_index: int | None = None, callbacks: Sequence[Callback] = (),
+) -> FitResult:
+    """Fit ``model`` in place for exactly ``cfg.epochs`` epochs, no validation (``cfg`` resolved).
+
+    The optimizer, schedule, batching and loss are the ones :func:`trainer.train` uses; only the
+    validation step, early stopping and the best-weights restore are left out.
+    """
+    bs = cfg.batch_size
+    data = WindowBatches(windows, bs, shuffle=True, drop_last=cfg.drop_last and len(windows) >= bs)
+    opt = tr.make_optimizer(model, cfg)
+    schedule = tr.make_schedule(opt, cfg, data.steps_in(0))
+
+    def loss(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch  # (B, L, C_in), (B, H, C_out)
+        return F.mse_loss(tr.select_output(m(x), out_index), y)
+
+    engine = dataclasses.replace(tr.engine_config(cfg), patience=None, restore_best=False)
+    result = fit(Task(model, opt, data, loss, None, schedule), engine, device, callbacks)
+    result.best_epoch = len(result.history)  # the weights kept are the last epoch's
+    return result
