@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
+from tsmix.ops.attention import attend as fast_attend
 from tsmix.ops.attention import attention_reference
 from tsmix.registry import Mixer, register_mixer
 
@@ -86,7 +86,7 @@ def attend(
 ) -> torch.Tensor:
     """Softmax attention (B, H, N, Dh) -> (B, H, N, Dh): SDPA, or the explicit formula (no dropout)."""
     if not reference:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+        return fast_attend(q, k, v, causal, dropout_p)
     return attention_reference(q, k, v, causal)
 
 

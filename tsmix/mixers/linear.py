@@ -17,7 +17,7 @@ from torch import nn
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
 from tsmix.ops.attention import causal_mask
-from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_chunked, gla_reference, gla_step, reverse_exclusive
+from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_bidir, gla_chunked, gla_reference, gla_step
 from tsmix.ops.streaming import run_steps
 from tsmix.registry import Mixer, register_mixer
 
@@ -190,10 +190,7 @@ class GatedLinearAttention(Mixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         q, k, v, log_a = self._inputs(x)
-        o, _ = gla_chunked(q, k, v, log_a, chunk=self.chunk)
-        if not self.causal:
-            o = o + reverse_exclusive(gla_chunked, q, k, v, log_a, chunk=self.chunk, inclusive=False)
-        return self._finish(o, x)
+        return self._finish(gla_bidir(q, k, v, log_a, self.causal, self.chunk), x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain quadratic form: the explicit decay-weighted (N, N) mixing matrix."""

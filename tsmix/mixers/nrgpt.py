@@ -46,7 +46,7 @@ from torch import nn
 
 from tsmix.block import make_norm
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
-from tsmix.ops.attention import attention_reference
+from tsmix.ops.attention import attend, attention_reference
 from tsmix.ops.energy import (
     ACTIVATIONS,
     attention_energy,
@@ -326,7 +326,7 @@ class GPTRecParallel(Mixer):
     def _attend(self, x: torch.Tensor, plain: bool) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(self.ln1(x)).chunk(3, dim=-1))
         if not plain:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            y = attend(q, k, v, self.causal)
         else:
             y = attention_reference(q, k, v, self.causal)
         return self.proj(merge_heads(y))

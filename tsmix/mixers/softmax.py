@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tsmix.errors import TsmixError
-from tsmix.ops.attention import attention_reference
+from tsmix.ops.attention import attend, attention_reference
 from tsmix.registry import Mixer, register_mixer
 
 
@@ -58,7 +57,7 @@ class SoftmaxAttention(Mixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         q, k, v = self._qkv(x)  # (B, H, N, Dh)
         p = self.options.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+        y = attend(q, k, v, self.causal, p)
         return self.out(merge_heads(y))
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:

@@ -17,11 +17,11 @@ per value channel: columns ``(B, N, E, P)``, ``log p (B, E, N, N)``. Bidirection
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from tsmix.ops.attention import attention_logits, causal_mask
-from tsmix.ops.decay_scan import decay_scan, segment_sum, shift_exclusive
-from tsmix.ops.gla_chunk import gla_chunked, gla_step, reverse_exclusive
+from tsmix.ops.attention import attend, attention_logits, causal_mask
+from tsmix.ops.decay_scan import _work_dtype, decay_scan, segment_sum, shift_exclusive
+from tsmix.ops.gla_chunk import gla_bidir, gla_step
+from tsmix.ops.step_scan import step_scan, use_step_scan
 
 
 def _normalize_logw(logw: torch.Tensor) -> torch.Tensor:
@@ -49,7 +49,7 @@ def _bidir_segments(la: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch
 
 def sm_read(q: torch.Tensor, k: torch.Tensor, u: torch.Tensor, causal: bool, dropout: float = 0.0):
     """``q, k (B, H, N, d_k)``, ``u (B, H, N, W)``: one SDPA call reads all columns."""
-    return F.scaled_dot_product_attention(q, k, u, dropout_p=dropout, is_causal=causal)
+    return attend(q, k, u, causal, dropout)
 
 
 def sm_logp(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -64,9 +64,7 @@ def gla_prior_read(q, k, u, log_a, causal: bool, chunk: int) -> torch.Tensor:
     """Normalized gated linear attention with positive features ``q, k (B, H, N, d_k)`` and
     per-key-dim log decay ``log_a (B, H, N, d_k)``: reads ``u (B, H, N, W)``."""
     u1 = torch.cat([u, torch.ones_like(u[..., :1])], dim=-1)  # last column: the normalizer
-    r, _ = gla_chunked(q, k, u1, log_a, chunk=chunk)
-    if not causal:
-        r = r + reverse_exclusive(gla_chunked, q, k, u1, log_a, chunk=chunk, inclusive=False)
+    r = gla_bidir(q, k, u1, log_a, causal, chunk)
     return r[..., :-1] / r[..., -1:].clamp_min(torch.finfo(r.dtype).tiny)
 
 
@@ -92,6 +90,10 @@ def gla_prior_step(q, k, u, log_a, state):
 
 def _scan_bidir(x: torch.Tensor, log_a: torch.Tensor, causal: bool) -> torch.Tensor:
     """Inclusive decayed scan over dim -3 (+ the exclusive reverse scan when bidirectional)."""
+    n = x.shape[-3]
+    if use_step_scan(n, x.numel() // max(n, 1)):  # short sequences, big steps: the step form
+        wd = _work_dtype(torch.promote_types(x.dtype, log_a.dtype))
+        return step_scan(x.to(wd), log_a.to(wd), causal).to(x.dtype)
     h = decay_scan(x, log_a)
     if not causal:
         hb = shift_exclusive(decay_scan(x.flip(-3), log_a.flip(-2)), log_a.flip(-2))

@@ -26,9 +26,13 @@ import torch.nn.functional as F
 
 from tsmix.ops.attention import causal_mask
 from tsmix.ops.decay_scan import _work_dtype, decay_scan, segment_sum
+from tsmix.ops.step_scan import step_scan, use_step_scan
 
 LOG_DECAY_MIN = -5.0  # floor of the per-step log-decay, in every form (see the module doc)
 MAX_FACTORIZED_CHUNK = 8  # keeps e^{-c_s} <= e^35 for per-key-dim decays
+# gla_bidir uses the state scan when a head's state d_k x d_v is at most this (the patch encoder's
+# 4 x 4 or 4 x 5): its chunked matmuls are then far below their per-call overhead
+SCAN_STATE_MAX = 64
 
 
 def floor_decay(log_a: torch.Tensor) -> torch.Tensor:
@@ -109,6 +113,37 @@ def gla_chunked(
     o = o + qd @ prev  # the state entering the chunk, decayed to t
     o = o.reshape(*lead, n_pad, dv)[..., :n, :]
     return o.to(out_dtype), final.to(out_dtype)
+
+
+def gla_scan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_a: torch.Tensor,
+             causal: bool) -> torch.Tensor:
+    """GLA through the state itself: ``S_t`` for every t by :func:`~tsmix.ops.step_scan.step_scan`
+    (inclusive causal scan, + the exclusive reverse scan when not ``causal``), read ``o_t = q_t S_t``.
+
+    Same contract as :func:`gla_bidir`. O(N d_k d_v) memory: for small heads only (where the
+    chunked form's matmuls are tinier than their overhead).
+    """
+    out_dtype = v.dtype
+    wd = _work_dtype(v.dtype)
+    q, k, v, log_a = (t.to(wd) for t in (q, k, v, log_a))
+    g = log_a.shape[-1]
+    x = k[..., :, None] * v[..., None, :]  # (..., N, d_k, d_v): what each token adds to the state
+    s = step_scan(x.reshape(*x.shape[:-2], g, -1), floor_decay(log_a), causal).view(x.shape)
+    return (q[..., :, None] * s).sum(-2).to(out_dtype)  # (..., N, d_v)
+
+
+def gla_bidir(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_a: torch.Tensor, causal: bool,
+              chunk: int) -> torch.Tensor:
+    """GLA read ``o (..., N, d_v)``: causal inclusive, or bidirectional (+ the anti-causal half,
+    exclusive of the current token). Shapes as :func:`gla_chunked`; picks the faster exact form:
+    :func:`gla_scan` for short sequences of small heads, else :func:`gla_chunked`."""
+    n, dk, dv = q.shape[-2], q.shape[-1], v.shape[-1]
+    if dk * dv <= SCAN_STATE_MAX and use_step_scan(n, q[..., 0, :, 0].numel() * dk * dv):
+        return gla_scan(q, k, v, log_a, causal)
+    o, _ = gla_chunked(q, k, v, log_a, chunk=chunk)
+    if not causal:
+        o = o + reverse_exclusive(gla_chunked, q, k, v, log_a, chunk=chunk, inclusive=False)
+    return o
 
 
 def gla_step(

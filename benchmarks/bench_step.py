@@ -1,0 +1,281 @@
+"""Training-step, mixer, inference and lookback speed of the forecasting encoders (issue #21).
+
+Every figure is process CPU time (time.process_time) at ONE thread, the median over rounds that
+alternate between the compared variants, so that a change of machine load hits them alike; a
+ratio always comes from one run. Sections (any combination; default: all but --official):
+
+  --step        PatchTST paper preset, ETTh1 L=336 H=96 batch 128, Adam: tsmix softmax encoder,
+                the same model with SDPA forced for attention (the kernel it replaced at head
+                dim 4), and the official PatchTST model with ``--official PATH`` (a checkout of
+                github.com/yuqinie98/PatchTST; its code is imported from there, never copied).
+  --mixers      forward+backward of every mixer at the patch shape (896 x 42 tokens, D=16, 4 heads)
+                and the variate shape (B x 7 tokens, D=128, 8 heads), batch as an axis; ratios to
+                softmax in the same cell.
+  --inference   predict of the paper-preset encoders: p50 latency of one window, windows/s at 128.
+  --lookbacks   training step vs L in {336, 720, 1440, 2880} (ETTh1 patch encoder) for the
+                linear-time mixers and softmax: epoch cost = step x steps/epoch, fitted exponent.
+
+    python benchmarks/bench_step.py --official /tmp/patchtst --out benchmarks/bench_step.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+PATCH = dict(batch=896, tokens=42, dim=16, heads=4)  # 128 windows x 7 channels, L=336 P=16 S=8
+VARIATE = dict(batch=128, tokens=7, dim=128, heads=8)  # iTransformer on ETTh1: one token per variate
+
+
+def _alternate(fns: dict[str, Callable[[], None]], rounds: int, warmup: int = 1) -> dict[str, float]:
+    """Median process-CPU seconds of each fn, rounds interleaved."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t0 = time.process_time()
+            f()
+            times[k].append(time.process_time() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+@contextlib.contextmanager
+def sdpa_everywhere() -> Iterator[None]:
+    """Force scaled_dot_product_attention in tsmix.ops.attention.attend (the previous kernel)."""
+    from tsmix.ops import attention
+
+    old = attention.SMALL_HEAD_DIM
+    attention.SMALL_HEAD_DIM = 0
+    try:
+        yield
+    finally:
+        attention.SMALL_HEAD_DIM = old
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def _preset_cfg(model: str = "patchtst", mixer: str = "softmax", lookback: int = 336):
+    from tsmix.forecasting import ForecasterConfig
+    from tsmix.forecasting.presets import paper_preset
+
+    preset = dict(paper_preset(model, "ETTh1", 96), lookback=lookback)
+    kw = {"mixer": mixer} if model != "dlinear" else {}
+    return ForecasterConfig(model=model, **preset, **kw).resolved()
+
+
+def _batches(cfg, data_dir: str | None, n: int):
+    from tsmix.datasets import prepare
+
+    data = prepare("ETTh1", cfg.lookback, cfg.horizon, data_dir=data_dir)
+    gen = torch.Generator().manual_seed(0)
+    it = data.train.batches(cfg.batch_size, shuffle=True, generator=gen, drop_last=True)
+    return data, [next(it) for _ in range(n)]
+
+
+def _official_model(path: str, cfg, channels: int) -> torch.nn.Module:
+    root = os.path.join(path, "PatchTST_supervised")
+    if not os.path.isdir(root):
+        raise SystemExit(f"--official {path}: no PatchTST_supervised/ there; "
+                         "fetch github.com/yuqinie98/PatchTST")
+    sys.path.insert(0, root)
+    try:
+        from models.PatchTST import Model  # the official code, imported from the checkout
+    finally:
+        sys.path.remove(root)
+    conf = SimpleNamespace(
+        enc_in=channels, seq_len=cfg.lookback, pred_len=cfg.horizon, e_layers=cfg.layers, n_heads=cfg.heads,
+        d_model=cfg.d_model, d_ff=cfg.d_ff, dropout=cfg.dropout, fc_dropout=cfg.dropout,
+        head_dropout=cfg.head_dropout, individual=0, patch_len=cfg.patch_len, stride=cfg.stride,
+        padding_patch=cfg.padding_patch, revin=1, affine=0, subtract_last=0, decomposition=0, kernel_size=25,
+    )
+    return Model(conf)
+
+
+def _trainer(model: torch.nn.Module, batches) -> Callable[[], None]:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model.train()
+    state = {"i": 0}
+
+    def step() -> None:
+        x, y = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def section_step(args, log) -> None:
+    from tsmix.forecasting import build_model
+
+    cfg = _preset_cfg()
+    data, batches = _batches(cfg, args.data_dir, 4)
+    torch.manual_seed(0)
+    ours = build_model(cfg, data.x_channels)
+    fns = {"tsmix softmax": _trainer(ours, batches)}
+    torch.manual_seed(0)
+    forced = build_model(cfg, data.x_channels)
+    step_forced = _trainer(forced, batches)
+
+    def forced_sdpa() -> None:
+        with sdpa_everywhere():
+            step_forced()
+
+    fns["tsmix softmax, SDPA forced"] = forced_sdpa
+    if args.official:
+        torch.manual_seed(0)
+        fns["official PatchTST"] = _trainer(_official_model(args.official, cfg, data.x_channels), batches)
+    t = _alternate(fns, args.rounds)
+    steps = len(data.train) // cfg.batch_size
+    log(f"## training step, PatchTST paper preset ETTh1 L=336 H=96 batch 128 ({steps} steps/epoch), "
+        f"median of {args.rounds} alternating rounds")
+    base = t.get("official PatchTST")
+    for k, v in t.items():
+        rel = f"  official/this {base / v:5.2f}x" if base else ""
+        log(f"  {k:28s} {v * 1e3:8.1f} ms/step  epoch {v * steps:6.1f} s{rel}")
+    log(f"  attention change alone: {t['tsmix softmax, SDPA forced'] / t['tsmix softmax']:.2f}x")
+
+
+def section_mixers(args, log) -> None:
+    from tsmix import available_mixers, build_mixer, mixer_spec
+
+    names = args.mixer_names or available_mixers()
+    names = ["softmax"] + [n for n in names if n != "softmax"]
+    for label, shape in (("patch", PATCH), ("variate", VARIATE)):
+        for scale in args.batch_scales:
+            b, n, d, h = max(1, int(shape["batch"] * scale)), shape["tokens"], shape["dim"], shape["heads"]
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(b, n, d, generator=gen, requires_grad=True)
+            g = torch.randn(b, n, d, generator=gen)
+            fns = {}
+            for name in names:
+                spec = mixer_spec(name)
+                torch.manual_seed(0)
+                m = build_mixer(name, d, heads=h, causal=not spec.supports_bidirectional)
+
+                def run(m=m, x=x, g=g) -> None:
+                    m.zero_grad(set_to_none=True)
+                    m(x).backward(g)
+
+                fns[name] = run
+            t = _alternate(fns, args.rounds)
+            log(f"## mixer fwd+bwd, {label} shape: B={b} N={n} D={d} heads={h}")
+            for name in names:
+                steps = _energy_steps(name)
+                per = f"  per step {t[name] / t['softmax'] / steps:5.2f}x" if steps > 1 else ""
+                log(f"  {name:18s} {t[name] * 1e3:8.2f} ms  {t[name] / t['softmax']:6.2f}x softmax{per}")
+
+
+def _energy_steps(name: str) -> int:
+    from tsmix.registry import mixer_spec
+
+    opts = mixer_spec(name).options
+    return int(getattr(opts(), "steps", 1)) if opts is not None else 1
+
+
+def section_inference(args, log) -> None:
+    from tsmix.forecasting import build_model
+
+    log("## inference (eval, no_grad): p50 latency of one window, throughput at batch 128")
+    for model in ("patchtst", "itransformer", "dlinear"):
+        cfg = _preset_cfg(model)
+        data, _ = _batches(cfg, args.data_dir, 0)
+        torch.manual_seed(0)
+        m = build_model(cfg, data.x_channels).eval()
+        one = data.test.gather(torch.arange(1))[0]
+        many = data.test.gather(torch.arange(128))[0]
+        with torch.no_grad():
+            for _ in range(3):
+                m(one)
+            lat = []
+            for _ in range(args.rounds * 10):
+                t0 = time.perf_counter()
+                m(one)
+                lat.append(time.perf_counter() - t0)
+            t = _alternate({"b": lambda m=m, many=many: m(many)}, args.rounds)["b"]
+        log(f"  {model:13s} p50 {statistics.median(lat) * 1e3:7.2f} ms/window (wall)  "
+            f"{128 / t:8.0f} windows/s (cpu, batch 128)")
+
+
+def section_lookbacks(args, log) -> None:
+    from tsmix.forecasting import build_model
+
+    mixers = ["softmax", "yb-spectral", "linear", "fem-aft", "gla"]
+    log(f"## lookback scaling, ETTh1 patch encoder paper preset, {args.rounds} timed steps per cell")
+    res: dict[str, list[tuple[int, float]]] = {m: [] for m in mixers}
+    for lookback in args.lookback_values:
+        cfg0 = _preset_cfg(lookback=lookback)
+        data, batches = _batches(cfg0, args.data_dir, 2)
+        steps = len(data.train) // cfg0.batch_size
+        fns = {}
+        for mixer in mixers:
+            torch.manual_seed(0)
+            model = build_model(_preset_cfg(mixer=mixer, lookback=lookback), data.x_channels)
+            fns[mixer] = _trainer(model, batches)
+        t = _alternate(fns, args.rounds)
+        cells = "  ".join(f"{m} {t[m] * 1e3:7.0f}ms {t[m] * steps:6.1f}s" for m in mixers)
+        log(f"  L={lookback:5d} ({steps} steps/epoch)  {cells}")
+        for m in mixers:
+            res[m].append((lookback, t[m] * steps))
+    if len(args.lookback_values) > 1:
+        from tsmix.forecasting.benchmark.speed_cells import fit_exponent
+
+        fit = "  ".join(f"{m} {fit_exponent(res[m], min_length=0):.2f}" for m in mixers)
+        log(f"  fitted exponent of epoch cost vs L: {fit}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--step", action="store_true")
+    ap.add_argument("--mixers", action="store_true")
+    ap.add_argument("--inference", action="store_true")
+    ap.add_argument("--lookbacks", action="store_true")
+    ap.add_argument("--official", default=None, help="checkout of github.com/yuqinie98/PatchTST (for --step)")
+    ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mixer-names", nargs="*", default=None)
+    ap.add_argument("--batch-scales", type=float, nargs="*", default=[1.0],
+                    help="batch axis, as multiples of the real batch")
+    ap.add_argument("--lookback-values", type=int, nargs="*", default=[336, 720, 1440, 2880])
+    ap.add_argument("--out", default=None, help="also write the report here (atomically)")
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be >= 1")
+    torch.set_num_threads(1)
+    lines: list[str] = []
+
+    def log(s: str) -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    with open("/proc/loadavg") as fh:
+        load = " ".join(fh.read().split()[:3])
+    log(f"# bench_step: torch {torch.__version__}, 1 thread, process CPU time, load average {load}")
+    log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    chosen = [s for s in ("step", "mixers", "inference", "lookbacks") if getattr(args, s)]
+    for s in chosen or ["step", "mixers", "inference", "lookbacks"]:
+        globals()[f"section_{s}"](args, log)
+    if args.out:
+        tmp = f"{args.out}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        os.replace(tmp, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
