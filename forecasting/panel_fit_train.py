@@ -1,0 +1,133 @@
+"""Training and scoring a covariate model on panel windows, through the engine (:mod:`tsmix.engine`).
+
+Channel-independent, as neuralforecast: every window is one series' (L, 1) lookback (+ its
+covariates), so series of any number and length share one model. The optimizer, schedules and
+engine knobs are the forecasting trainer's (``make_optimizer``, ``make_schedule``, ``engine_config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tsmix.engine import Callback, FitResult, Task, WindowBatches, fit
+from tsmix.forecasting import trainer as tr
+from tsmix.forecasting.config import ForecasterConfig
+
+Inputs = tuple[torch.Tensor, ...]  # x (B, L, 1), hist (B, L, Ch), futr (B, L+H, Cf), static, static_cat
+
+
+class PanelTuples:
+    """A ``PanelWindows`` as an engine dataset: ``gather`` gives plain tensor tuples (the engine moves
+    tuples to the device), ``(y, *inputs)``."""
+
+    def __init__(self, windows: Any) -> None:
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b = self.windows.gather(idx)
+        return b.y, b.x, b.hist, b.futr, b.static, b.static_cat
+
+
+def _batches(windows: Any, batch_size: int, rank: int = 0, world: int = 1
+             ) -> Iterator[tuple[torch.Tensor, Any]]:
+    """(window indices (B,), PanelBatch) in order over this rank's contiguous share of the windows."""
+    share = torch.arange(len(windows), device=windows.cum.device).tensor_split(world)[rank]
+    for s in range(0, len(share), batch_size):
+        idx = share[s : s + batch_size]
+        yield idx, windows.gather(idx)
+
+
+def _forward(model: nn.Module, b: Any) -> torch.Tensor:
+    return model(b.x, b.hist, b.futr, b.static, b.static_cat)  # (B, H, 1)
+
+
+@dataclass
+class PanelErrors:
+    """Per-series sums of squared and absolute scaled errors over the windows of one split."""
+
+    se: np.ndarray  # (S,) float64
+    ae: np.ndarray  # (S,) float64
+    windows: np.ndarray  # (S,) int64 windows scored per series
+    horizon: int
+
+    def metrics(self, ids: Sequence[str]) -> dict[str, Any]:
+        n = self.windows * self.horizon  # (S,) scored steps
+        total = max(int(n.sum()), 1)
+        scored = np.flatnonzero(self.windows)
+        return {"mse": float(self.se.sum() / total), "mae": float(self.ae.sum() / total),
+                "per_series": {ids[s]: {"mse": float(self.se[s] / n[s]), "mae": float(self.ae[s] / n[s]),
+                                        "windows": int(self.windows[s])} for s in scored},
+                "windows": int(self.windows.sum())}
+
+
+@torch.no_grad()
+def panel_errors(model: nn.Module, windows: Any, batch_size: int, n_series: int, rank: int = 0,
+                 world: int = 1) -> PanelErrors:
+    """Errors of ``model`` over every window (this rank's share under DDP), summed per series."""
+    was = model.training
+    model.eval()
+    dev = windows.cum.device
+    se = torch.zeros(n_series, dtype=torch.float64, device=dev)
+    ae, cnt = torch.zeros_like(se), torch.zeros(n_series, dtype=torch.int64, device=dev)
+    for _, b in _batches(windows, batch_size, rank, world):
+        err = (_forward(model, b).float() - b.y)[..., 0].double()  # (B, H)
+        se.index_add_(0, b.series, err.square().sum(1))
+        ae.index_add_(0, b.series, err.abs().sum(1))
+        cnt.index_add_(0, b.series, torch.ones_like(b.series))
+    model.train(was)
+    return PanelErrors(se.cpu().numpy(), ae.cpu().numpy(), cnt.cpu().numpy(), windows.horizon)
+
+
+@torch.no_grad()
+def window_forecasts(model: nn.Module, windows: Any, batch_size: int) -> tuple[np.ndarray, ...]:
+    """Every window's (series (n,), start row (n,), scaled forecast (n, H), scaled truth (n, H))."""
+    was = model.training
+    model.eval()
+    out, truth = [], []
+    for _, b in _batches(windows, batch_size):
+        out.append(_forward(model, b)[..., 0].float().cpu())
+        truth.append(b.y[..., 0].cpu())
+    model.train(was)
+    series, start = windows.index()
+    return series, start, torch.cat(out).numpy(), torch.cat(truth).numpy()
+
+
+def train_panel(model: nn.Module, train: Any, val: Any | None, cfg: ForecasterConfig, device: torch.device,
+                callbacks: Sequence[Callback] = ()) -> FitResult:
+    """Fit ``model`` in place on ``train`` windows (``cfg`` resolved).
+
+    With ``val``: early stopping on the validation MSE, best weights restored (``trainer.train``'s
+    rules). Without: exactly ``cfg.epochs`` epochs, the last epoch's weights (the production refit).
+    """
+    bs = cfg.batch_size
+    data = WindowBatches(PanelTuples(train), bs, shuffle=True, drop_last=cfg.drop_last and len(train) >= bs)
+    opt = tr.make_optimizer(model, cfg)
+    schedule = tr.make_schedule(opt, cfg, data.steps_in(0))
+
+    def loss(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        y, *inputs = batch  # (B, H, 1), then the model's inputs
+        return F.mse_loss(m(*inputs), y)
+
+    def validate(m: nn.Module, rank: int, world: int) -> tuple[torch.Tensor, int]:
+        err = panel_errors(m, val, cfg.test_batch_size, int(val.series.max()) + 1, rank, world)
+        return torch.tensor(err.se.sum(), dtype=torch.float64), int(err.windows.sum()) * err.horizon
+
+    engine = tr.engine_config(cfg)
+    if val is None:
+        engine = dataclasses.replace(engine, patience=None, restore_best=False)
+    result = fit(Task(model, opt, data, loss, None if val is None else validate, schedule), engine, device,
+                 callbacks)
+    if val is None:
+        result.best_epoch = len(result.history)  # the weights kept are the last epoch's
+    return result
