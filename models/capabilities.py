@@ -1,41 +1,42 @@
-"""What a mixer can do and how its ``--mixer-option`` flags parse, asked of the registry.
+"""What a mixer can do and how its ``--mixer-option`` flags parse, asked of the mixer registry.
 
-``tsmix.registry.mixer_capabilities`` and ``tsmix.registry.parse_mixer_options`` (the mixer
-registry's shared API) answer when they exist; until then the registration record answers
-(``supports_causal`` / ``supports_bidirectional``, the options dataclass's type hints). Callers
-in tsmix.models ask here and never compare mixer names.
+Callers in tsmix.models ask here (or the registry directly) and never compare mixer names:
+``capabilities`` is :func:`tsmix.registry.mixer_capabilities`, ``parse_options`` is
+:func:`tsmix.registry.parse_mixer_options`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tsmix import registry
 from tsmix.errors import TsmixError
-
-# Registrations made before the registry declared position awareness: their token maps depend
-# on positions themselves (used only while tsmix.registry.mixer_capabilities is absent).
-_POSITION_AWARE_BEFORE_API = frozenset({"yb-brickwall", "yb-spectral"})
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    causal: bool  # build_mixer(causal=True) works: no look-ahead
-    bidirectional: bool  # build_mixer(causal=False) works
-    position_aware: bool  # the token map depends on positions: no position embedding needed
+from tsmix.registry import Capabilities
 
 
 def capabilities(name: str, options: dict[str, Any] | None = None) -> Capabilities:
-    """The capabilities of mixer ``name`` built with ``options`` (position awareness may depend on
-    them, e.g. rotary embeddings); an unknown name is a TsmixError."""
-    ask = getattr(registry, "mixer_capabilities", None)
-    if ask is not None:
-        caps = ask(name, **(options or {}))
-        return Capabilities(bool(caps.causal), bool(caps.bidirectional), bool(caps.position_aware))
-    spec = registry.mixer_spec(name)
-    return Capabilities(spec.supports_causal, spec.supports_bidirectional, name in _POSITION_AWARE_BEFORE_API)
+    """The registry's capabilities of mixer ``name`` built with ``options`` (position awareness may
+    depend on them, e.g. fem-sm's conditioning or rotary embeddings); an unknown name is a TsmixError."""
+    return registry.mixer_capabilities(name, **(options or {}))
+
+
+def routes_by_position(name: str, options: dict[str, Any] | None = None) -> bool:
+    """True when the mixer can move a token between fixed positions with no position embedding.
+
+    Narrower than ``position_aware`` (the map depends on token order at all): a decayed scan
+    (gla, fem-gla/ssm/aft) or fem-sm's time-decay conditioning orders the tokens, but reaches a
+    given absolute position only as fast as its decay allows, so routing tasks (transport) still
+    give those mixers learned positions. The mixers whose token map is a learned function of the
+    positions themselves (the YB brick-wall and spectral maps) need none. The registry does not
+    declare this yet; until it does, it is read off two declared capabilities: position-aware
+    with no causal form (only such position-indexed maps are; every causal-capable position-aware
+    mixer orders tokens through a scan). A future causal mixer of the position-indexed kind would
+    be answered False here, i.e. given positions, which is the safe side.
+    """
+    caps = capabilities(name, options)
+    return caps.position_aware and not caps.causal
 
 
 def require(name: str, *, causal: bool, what: str) -> None:
@@ -52,19 +53,12 @@ def require(name: str, *, causal: bool, what: str) -> None:
 
 
 def parse_options(name: str, items: Sequence[str]) -> dict[str, Any]:
-    """``["steps=4", "eta=free"]`` -> typed options of mixer ``name`` (the shared flag parser)."""
-    shared = getattr(registry, "parse_mixer_options", None)
-    if shared is not None:
-        return dict(shared(name, list(items)))
-    from tsmix.options import field_hints, parse_assignments
-
-    return parse_assignments(items, field_hints(registry.mixer_spec(name).options), f"mixer {name!r}")
+    """``["steps=4", "eta=free"]`` -> typed options of mixer ``name`` (the registry's flag parser)."""
+    return registry.parse_mixer_options(name, list(items))
 
 
 def option_names(name: str) -> frozenset[str]:
     """The option keys mixer ``name`` accepts (its options dataclass's fields)."""
-    import dataclasses
-
     return frozenset(f.name for f in dataclasses.fields(registry.mixer_spec(name).options))
 
 

@@ -60,8 +60,9 @@ def mixers(args: argparse.Namespace) -> list[str]:
 
 def run_grid(args: argparse.Namespace, task: str, variants: list[str], metric: str | list[str],
              one: Callable[[str, str, int], dict[str, Any]], config: Callable[[str, str, int], dict],
-             average: bool = False) -> int:
-    """Run ``one(variant, mixer, seed)`` for the grid, skipping rows already in ``--out``; print the table."""
+             average: bool = False, percent: bool = True, digits: int = 1) -> int:
+    """Run ``one(variant, mixer, seed)`` for the grid, skipping rows already in ``--out``; print the table
+    (metrics in percent with ``digits`` decimals; ``percent=False`` for losses)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     names = mixers(args)
@@ -91,7 +92,7 @@ def run_grid(args: argparse.Namespace, task: str, variants: list[str], metric: s
     if isinstance(metric, str):
         table = markdown(table_rows, metric, average=average)
     else:
-        table = metric_table(table_rows, metric)
+        table = metric_table(table_rows, metric, percent=percent, digits=digits)
     print(table)
     if args.table:
         write_text_atomic(Path(args.table), table)

@@ -121,8 +121,11 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
-def metric_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, percent: bool = True) -> str:
-    """A (mixer, variant) x metric table (mean over seeds); an empty metric shows as "n/a"."""
+def metric_table(
+    rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, percent: bool = True, digits: int = 1
+) -> str:
+    """A (mixer, variant) x metric table (mean over seeds, ``digits`` decimals); an empty metric
+    shows as "n/a"."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((str(r["mixer"]), str(r["variant"])), []).append(r)
@@ -132,7 +135,7 @@ def metric_table(rows: Sequence[dict[str, Any]], metrics: Sequence[str], *, perc
         cells = []
         for m in metrics:
             vals = [float(r[m]) for r in rs if r.get(m) not in (None, "")]
-            cells.append(f"{scale * sum(vals) / len(vals):.1f}" if vals else "n/a")
+            cells.append(f"{scale * sum(vals) / len(vals):.{digits}f}" if vals else "n/a")
         lines.append(f"| {mixer} | {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

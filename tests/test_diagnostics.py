@@ -68,6 +68,24 @@ def test_bilinear_map_matches_analytic_per_direction():
     assert got == pytest.approx(analytic, rel=1e-6)
 
 
+def test_paper_kappa_of_the_sphere_projection():
+    """The paper's kappa(x) = || f(x + eps v) - 2 f(x) + f(x - eps v) || / eps^2 at eps = 1e-3, averaged
+    over random unit directions, on its own constructive example f(y) = y / ||y|| (the gate that maps a
+    plane onto the unit sphere). On ||x|| = 1, with c = <x, v>, D^2 f[v, v] = -2 c v + (3 c^2 - 1) x,
+    so kappa(x, v) = sqrt(1 + 2 c^2 - 3 c^4): 1 on a tangent direction (a great circle's curvature)."""
+    x = _x(12, 5, seed=4)
+    x = x / x.norm(dim=-1, keepdim=True)  # points on the unit sphere
+    sphere = Fn(lambda y: y / y.norm(dim=-1, keepdim=True))
+    v = unit_directions(x, 9, seed=5)  # (K, B, 5): the directions curvature(seed=5) draws
+    c = (v * x).sum(-1)  # (K, B)
+    analytic = (1 + 2 * c**2 - 3 * c**4).sqrt().mean().item()
+    assert curvature(sphere, x, eps=1e-3, directions=9, seed=5) == pytest.approx(analytic, rel=1e-5)
+    # along a tangent line t -> (1, t) at t = 0 (a 1-d input: v = +-1) kappa is the circle's curvature, 1
+    circle = Fn(lambda t: sphere(torch.cat([torch.ones_like(t), t], dim=-1)))
+    t0 = torch.zeros(3, 1, dtype=torch.float64)
+    assert curvature(circle, t0, directions=2) == pytest.approx(1.0, rel=1e-5)
+
+
 def test_anisotropic_precision_properties():
     for cond in (2.0, 5.0, 20.0):
         lam = anisotropic_precision(12, cond, seed=4)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tsmix.diagnostics import CONDS, curvature_metrics, curvature_sweep
+from tsmix.diagnostics import CONDS, curvature, curvature_metrics, curvature_sweep
 from tsmix.models.synthetic.curved_boundary import (
     CurvedBoundaryModel,
     Representation,
@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[str, dict, float | None]] = {
 # not run twice; the tables say so.
 PLOT_LABELS = ("ungated", "silu", "mult a=0.5", "sigmoid (mult a=1)", "g1 elementwise")
 CURV_INPUTS, CURV_DIRECTIONS = 256, 8  # test inputs and random directions per curvature sweep
+PAPER_EPS = 1e-3  # the paper's finite-difference step
 LINEAR_LABELS = ("ungated", "silu", "mult a=0.5", "sigmoid (mult a=1)", "g1 headwise", "g1 elementwise")
 GATED = [k for k in VARIANTS if k not in ("ungated", "silu")]
 
@@ -75,6 +76,9 @@ def run_one(task: str, label: str, seed: int, tcfg: TaskConfig, trcfg: TrainConf
     res = train(model, data, trcfg)
     sweep = curvature_sweep(Representation(model), xs, directions=CURV_DIRECTIONS, conds=CONDS)
     met = curvature_metrics(sweep)
+    # the paper's kappa as it defines it: || f(x + eps v) - 2 f(x) + f(x - eps v) || / eps^2 at its
+    # eps = 1e-3, averaged over the inputs and random unit directions (no plateau search)
+    met["kappa_paper"] = curvature(Representation(model), xs, eps=PAPER_EPS, directions=CURV_DIRECTIONS)
     mix = model.block.mixer
     model.eval()
     with torch.no_grad():
@@ -88,7 +92,7 @@ def run_one(task: str, label: str, seed: int, tcfg: TaskConfig, trcfg: TrainConf
         "train_acc": res["train_acc"], "test_acc": res["test_acc"], "train_loss": res["train_loss"],
         "kappa_init_iso": init["kappa_iso"], "kappa_init_relative": init["kappa_iso_relative"],
         **met, "gate_mean": gate, "train_seconds": res["train_seconds"],
-        "epochs": trcfg.epochs, "n_train": tcfg.n_train, "noise": tcfg.noise,
+        "epochs": trcfg.epochs, "n_train": tcfg.n_train, "noise": tcfg.noise, "frequency": tcfg.frequency,
         "torch": torch.__version__, "device": "cpu",
     }
     return row, model
@@ -98,6 +102,7 @@ def _meta(rows: list[dict]) -> str:
     """The setup line of the summary, read off the rows (so --summarize-only reproduces it)."""
     r, tr = rows[0], TrainConfig()
     return (f"Setup: n_train {r['n_train']}, n_test {TaskConfig().n_test}, seq_len 8, noise {r['noise']}, "
+            f"boundary sin({_freq(r):g} theta) + 0.6 (r - 1.2), "
             f"dim 64, 1 head, AdamW lr {tr.lr} wd {tr.weight_decay} batch {tr.batch_size}, {r['epochs']} "
             f"epochs, cosine decay; torch {r['torch']}, CPU, commit {r['commit']}.")
 
@@ -120,12 +125,17 @@ def _centered(rows: list[dict], key: str) -> list[float]:
     return [float(r[key]) - means[int(r["seed"])] for r in rows]
 
 
+def _freq(row: dict) -> float:
+    """The curved rule's frequency of a row (rows written before it was a setting: the paper's 2.5)."""
+    return float(row.get("frequency") or 2.5)
+
+
 def _bayes(rows: list[dict], task: str) -> list[float]:
     """Bayes-optimal test accuracy per seed of ``task`` (Monte Carlo), from the rows' data settings."""
     accs = []
     for seed in sorted({int(r["seed"]) for r in rows if r["task"] == task}):
         r = next(r for r in rows if r["task"] == task and int(r["seed"]) == seed)
-        cfg = TaskConfig(task=task, n_train=int(r["n_train"]), noise=float(r["noise"]))
+        cfg = TaskConfig(task=task, n_train=int(r["n_train"]), noise=float(r["noise"]), frequency=_freq(r))
         data = make_data(cfg, seed)
         accs.append(bayes_accuracy(cfg, data["x_test"], data["y_test"]))
     return accs
@@ -136,16 +146,21 @@ def summarize(rows: list[dict], out: Path, meta: str) -> str:
     curved = [r for r in rows if r["task"] == "curved"]
     linear = [r for r in rows if r["task"] == "linear"]
     seeds = sorted({int(r["seed"]) for r in rows})
+    paper = all(r.get("kappa_paper") not in (None, "") for r in rows)  # absent in rows of older runs
+    pk = (lambda rs: f" {_fmt(f(rs, 'kappa_paper'))} |") if paper else (lambda rs: "")  # noqa: E731
+    pk_head, pk_rule = (" paper kappa (eps 1e-3) |", "---|") if paper else ("", "")
     lines = ["# Gating and curvature on the curved-boundary task", "", meta, ""]
     lines += [
         "kappa: finite-difference curvature of the mean-pooled attention representation (64-d) over",
         f"{CURV_INPUTS} test inputs x {CURV_DIRECTIONS} unit directions, plateau of the eps sweep over",
         "[1e-4, 1e-2] in float64. relative = kappa / slope (invariant to rescaling the output).",
+        *(["paper kappa: the paper's definition, the same mean of || f(x + eps v) - 2 f(x) + f(x - eps v) "
+           "|| / eps^2 at its eps = 1e-3 (no plateau search)."] if paper else []),
         f"Mean ± std over seeds {seeds}.", "",
         "## Ablation (curved task)", "",
         "| variant | test acc | paired gain vs ungated | better / worse | train acc | kappa (trained) | "
-        "relative kappa | kappa at init | mean gate |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "relative kappa | kappa at init | mean gate |" + pk_head,
+        "|---|---|---|---|---|---|---|---|---|" + pk_rule,
     ]
     base_c = {int(r["seed"]): float(r["test_acc"]) for r in curved if r["variant"] == "ungated"}
     for label in VARIANTS:
@@ -159,7 +174,7 @@ def summarize(rows: list[dict], out: Path, meta: str) -> str:
             f"{sum(x < 0 for x in d)} | {_fmt(f(rs, 'train_acc'))} | "
             f"{_fmt(f(rs, 'kappa_iso'))} | {_fmt(f(rs, 'kappa_iso_relative'))} | "
             f"{_fmt(f(rs, 'kappa_init_iso'))} | "
-            f"{'-' if all(math.isnan(g) for g in gate) else f'{np.nanmean(gate):.3f}'} |"
+            f"{'-' if all(math.isnan(g) for g in gate) else f'{np.nanmean(gate):.3f}'} |" + pk(rs)
         )
     lines += ["", f"Bayes-optimal test accuracy (Monte Carlo posterior, same test sets): "
               f"{_fmt(_bayes(rows, 'curved'))}: the ceiling every variant is measured against."]
@@ -168,8 +183,8 @@ def summarize(rows: list[dict], out: Path, meta: str) -> str:
     # curvature vs alpha
     lines += ["", "## Curvature vs gate strength alpha (curved task, mult; 0 = ungated, 1 = sigmoid)", "",
               "| alpha | kappa iso | " + " | ".join(f"kappa cond {c:g}" for c in CONDS)
-              + " | relative | kappa at init | test acc |",
-              "|---|---|" + "---|" * len(CONDS) + "---|---|---|"]
+              + " | relative | kappa at init | test acc |" + pk_head,
+              "|---|---|" + "---|" * len(CONDS) + "---|---|---|" + pk_rule]
     alpha_means = []
     for label, (_, _, alpha) in VARIANTS.items():
         if alpha is None or label == "silu":
@@ -177,21 +192,24 @@ def summarize(rows: list[dict], out: Path, meta: str) -> str:
         rs = [r for r in curved if r["variant"] == label]
         if not rs:
             continue
-        alpha_means.append((alpha, np.mean(f(rs, "kappa_iso"))))
+        alpha_means.append((alpha, np.mean(f(rs, "kappa_iso")),
+                            np.mean(f(rs, "kappa_paper")) if paper else math.nan))
         lines.append(f"| {alpha:g} | {_fmt(f(rs, 'kappa_iso'))} | "
                      + " | ".join(_fmt(f(rs, f"kappa_cond{c:g}")) for c in CONDS)
                      + f" | {_fmt(f(rs, 'kappa_iso_relative'))} | {_fmt(f(rs, 'kappa_init_iso'))} | "
-                     f"{_fmt(f(rs, 'test_acc'))} |")
+                     f"{_fmt(f(rs, 'test_acc'))} |" + pk(rs))
     if len(alpha_means) > 1:
-        ks = [k for _, k in sorted(alpha_means)]
-        mono = all(a < b for a, b in zip(ks, ks[1:]))
-        lines += ["", f"Mean trained kappa strictly increasing in alpha: **{mono}**."]
-        lo, hi = min(a for a, _ in alpha_means), max(a for a, _ in alpha_means)
+        for col, name in ((1, "kappa"), (2, "paper kappa"))[: 1 + paper]:
+            ks = [m[col] for m in sorted(alpha_means)]
+            mono = all(a < b for a, b in zip(ks, ks[1:]))
+            lines += [""] * (col == 1) + [f"Mean trained {name} strictly increasing in alpha: **{mono}**."]
+        lo, hi = min(m[0] for m in alpha_means), max(m[0] for m in alpha_means)
         by = {(int(r["seed"]), float(r["alpha"])): r for r in curved
               if r["alpha"] != "" and r["variant"] != "silu"}
         paired = [s for s in seeds if (s, lo) in by and (s, hi) in by]
-        for key, name in (("kappa_iso", "kappa"), ("kappa_iso_relative", "relative kappa"),
-                          ("kappa_init_iso", "kappa at init")):
+        keys = [("kappa_iso", "kappa"), ("kappa_iso_relative", "relative kappa"),
+                ("kappa_init_iso", "kappa at init")] + [("kappa_paper", "paper kappa")] * paper
+        for key, name in keys:
             up = sum(float(by[(s, hi)][key]) > float(by[(s, lo)][key]) for s in paired)
             lines.append(f"Paired by seed, {name} at alpha={hi:g} > alpha={lo:g}: {up}/{len(paired)} seeds.")
     flat = [r for r in rows if float(r["kappa_iso_plateau_points"]) == 9]
@@ -224,8 +242,13 @@ def summarize(rows: list[dict], out: Path, meta: str) -> str:
               f"| all runs, kappa iso | {r_all:+.3f} | {len(curved)} |",
               f"| all runs, relative kappa | {r_rel:+.3f} | {len(curved)} |",
               f"| seed-centred runs, kappa iso | {r_c:+.3f} | {len(curved)} |",
-              f"| variant means, kappa iso | {_pearson(mk, ma):+.3f} | {len(labs)} |",
-              "", "The paper reports r = 0.7886 (test accuracy vs isotropic attention curvature).",
+              f"| variant means, kappa iso | {_pearson(mk, ma):+.3f} | {len(labs)} |"]
+    if paper:
+        mp = [np.mean(f([r for r in curved if r["variant"] == lab], "kappa_paper")) for lab in labs]
+        r_paper = _pearson(f(curved, "kappa_paper"), f(curved, "test_acc"))
+        lines += [f"| all runs, paper kappa | {r_paper:+.3f} | {len(curved)} |",
+                  f"| variant means, paper kappa | {_pearson(mp, ma):+.3f} | {len(labs)} |"]
+    lines += ["", "The paper reports r = 0.7886 (test accuracy vs isotropic attention curvature).",
               "See curvature_vs_accuracy.png."]
     # linear control
     if linear:
@@ -303,13 +326,15 @@ def plot_boundaries(models: dict[str, CurvedBoundaryModel], tcfg: TaskConfig, pa
         if name == "ground truth":
             g = torch.linspace(-2, 2, 201)
             cx, cy = torch.meshgrid(g, g, indexing="xy")
-            p = true_label(torch.stack([cx.flatten(), cy.flatten()], -1), tcfg.task).view(201, 201)
+            p = true_label(torch.stack([cx.flatten(), cy.flatten()], -1), tcfg.task, tcfg.frequency)
+            p = p.view(201, 201)
         else:
             cx, cy, p = predict_grid(models[name], tcfg, resolution=121, draws=4)
         ax.contourf(cx.numpy(), cy.numpy(), p.numpy(), levels=[0, 0.5, 1], colors=["#d6e4f0", "#f4d6c6"])
         g = torch.linspace(-2, 2, 201)
         tx, ty = torch.meshgrid(g, g, indexing="xy")
-        tp = true_label(torch.stack([tx.flatten(), ty.flatten()], -1), tcfg.task).view(201, 201)
+        tp = true_label(torch.stack([tx.flatten(), ty.flatten()], -1), tcfg.task, tcfg.frequency)
+        tp = tp.view(201, 201)
         ax.contour(tx.numpy(), ty.numpy(), tp.numpy(), levels=[0.5], colors="k", linewidths=0.8)
         if name != "ground truth":
             ax.contour(cx.numpy(), cy.numpy(), p.numpy(), levels=[0.5], colors="C3", linewidths=1.0)
@@ -332,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--n-train", type=int, default=4000)
     ap.add_argument("--noise", type=float, default=0.3)
+    ap.add_argument("--frequency", type=float, default=2.5, help="k in sin(k theta) of the curved rule")
     ap.add_argument("--tasks", default="curved,linear")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated labels, curved task")
     ap.add_argument("--linear-variants", default=",".join(LINEAR_LABELS), help="labels, linear control")
@@ -355,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = _commit()
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
-        tcfg = TaskConfig(task=task, n_train=args.n_train, noise=args.noise)
+        tcfg = TaskConfig(task=task, n_train=args.n_train, noise=args.noise, frequency=args.frequency)
         for seed in range(args.seeds):
             data = make_data(tcfg, seed)
             keep = {}

@@ -3,8 +3,11 @@
 Each sample has a latent centre c ~ U([-2, 2]^2) and is seen only through ``seq_len`` noisy
 observations x_i = c + noise * N(0, I). With (r, theta) the polar coordinates of c the label is
 
-    curved:  1[sin(2.5 theta) + 0.6 (r - 1.2) > 0]     (a wavy, non-linearly-separable boundary)
+    curved:  1[sin(k theta) + 0.6 (r - 1.2) > 0]       (a wavy, non-linearly-separable boundary)
     linear:  1[0.6 c_1 + 0.8 c_2 - 0.3 > 0]            (the control: a straight boundary)
+
+with the paper's angular frequency k = 2.5; a larger k (``TaskConfig.frequency``) packs more arms
+into the box, a harder boundary that keeps small models below the Bayes ceiling.
 
 The classifier: Linear(2 -> dim), one single-head attention block (any registered mixer, in a
 :class:`tsmix.Block` with no FFN so the mixer is the block's only non-affine part), mean pooling
@@ -35,19 +38,22 @@ class TaskConfig:
     n_test: int = 2000  # held-out samples for accuracy and curvature
     seq_len: int = 8  # noisy observations of c per sample
     noise: float = 0.3  # std of each observation around c: pooling has to average it out
+    frequency: float = 2.5  # k in sin(k theta) of the curved rule; the paper's 2.5, larger = harder
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise TsmixError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
         if min(self.n_train, self.n_test, self.seq_len) < 1 or self.noise < 0:
             raise TsmixError("n_train, n_test and seq_len must be >= 1 and noise >= 0")
+        if self.frequency <= 0:
+            raise TsmixError(f"frequency must be > 0, got {self.frequency}")
 
 
-def label(c: torch.Tensor, task: str) -> torch.Tensor:
-    """Labels {0., 1.} (n,) of latent centres c (n, 2)."""
+def label(c: torch.Tensor, task: str, frequency: float = 2.5) -> torch.Tensor:
+    """Labels {0., 1.} (n,) of latent centres c (n, 2); ``frequency`` is k of the curved rule."""
     if task == "curved":
         r, theta = c.norm(dim=-1), torch.atan2(c[:, 1], c[:, 0])
-        score = torch.sin(2.5 * theta) + 0.6 * (r - 1.2)
+        score = torch.sin(frequency * theta) + 0.6 * (r - 1.2)
     elif task == "linear":
         score = 0.6 * c[:, 0] + 0.8 * c[:, 1] - 0.3
     else:
@@ -68,7 +74,7 @@ def make_data(cfg: TaskConfig, seed: int) -> dict[str, torch.Tensor]:
     for split, n in (("train", cfg.n_train), ("test", cfg.n_test)):
         c = 4.0 * torch.rand((n, 2), generator=gen) - 2.0
         out[f"x_{split}"] = observe(c, cfg.seq_len, cfg.noise, gen)
-        out[f"y_{split}"] = label(c, cfg.task)
+        out[f"y_{split}"] = label(c, cfg.task, cfg.frequency)
         out[f"c_{split}"] = c
     return out
 
@@ -87,7 +93,7 @@ def bayes_accuracy(
     c = xbar.unsqueeze(1) + cfg.noise / cfg.seq_len**0.5 * torch.randn(
         (x.shape[0], draws, 2), generator=gen, dtype=torch.float64)  # (n, draws, 2)
     inside = (c.abs() <= 2.0).all(-1).double()
-    lab = label(c.reshape(-1, 2), cfg.task).view(x.shape[0], draws)
+    lab = label(c.reshape(-1, 2), cfg.task, cfg.frequency).view(x.shape[0], draws)
     p = (lab * inside).sum(1) / inside.sum(1).clamp_min(1.0)
     return ((p > 0.5).to(y.dtype) == y).float().mean().item()
 

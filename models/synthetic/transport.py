@@ -5,7 +5,9 @@ name the token that sat at position 0, so information has to travel across the w
 sequence. Every mixer runs in the same network (``emb -> Block(mixer)×depth -> linear head``,
 built with :class:`tsmix.Block` and :func:`tsmix.build_mixer`); a mixer that is blind to
 positions (softmax attention) gets learned position embeddings, the YB mixers need none
-(their maps are position-aware), which also lets a YB model run at other lengths.
+(their maps are functions of the positions themselves, see
+:func:`tsmix.models.capabilities.routes_by_position`), which also lets a YB model run at other
+lengths.
 
 ``python -m tsmix.models.synthetic.transport`` runs the full study: softmax vs yb-spectral
 vs yb-brickwall at N = 16, 32, 64 and widths 4, 8, 16 (accuracy, parameters, the smallest
@@ -23,7 +25,7 @@ from torch import nn
 
 import tsmix
 from tsmix.errors import TsmixError
-from tsmix.models.capabilities import capabilities
+from tsmix.models.capabilities import routes_by_position
 from tsmix.models.loop import train_steps
 
 
@@ -36,7 +38,8 @@ class TransportConfig:
     depth: int = 1  # number of residual blocks
     heads: int = 2  # passed to build_mixer (the YB mixers ignore it)
     mixer_options: dict = field(default_factory=dict)  # options of the mixer, e.g. {"depth": 8}
-    pos_emb: bool | None = None  # learned positions; None = for every mixer not position-aware
+    # learned positions; None = for every mixer that cannot route by position alone (all but YB)
+    pos_emb: bool | None = None
     steps: int = 600  # optimizer steps, each on a fresh random batch
     batch: int = 64  # sequences per step
     lr: float = 1e-2  # Adam learning rate (constant)
@@ -64,9 +67,10 @@ class TransportNet(nn.Module):
         self.cfg = cfg
         d = cfg.dim
         self.emb = nn.Embedding(cfg.vocab, d)
-        # attention-like mixers are permutation-equivariant without positions: they get learned ones
-        aware = capabilities(cfg.mixer, cfg.mixer_options).position_aware
-        use_pos = not aware if cfg.pos_emb is None else cfg.pos_emb
+        # Not the registry's broader position_aware: gla / fem-* order tokens through a decayed scan
+        # yet cannot address position 0 by themselves; they keep the learned positions they always had.
+        routes = routes_by_position(cfg.mixer, cfg.mixer_options)
+        use_pos = not routes if cfg.pos_emb is None else cfg.pos_emb
         self.pos = nn.Parameter(0.5 * torch.randn(cfg.length, d)) if use_pos else None
         self.blocks = nn.ModuleList(
             tsmix.Block(d, tsmix.build_mixer(cfg.mixer, d, heads=cfg.heads, **cfg.mixer_options), ffn="none")

@@ -5,6 +5,7 @@
     tsmix task listops --mixers nrgpt,softmax --mode both
     tsmix task induction --mixers yb-spectral,softmax,linear --test-lengths 64,256,1024
     tsmix task transport | channel-select | curved-boundary   (the synthetic suites)
+    tsmix task lm-overfit --mixers nrgpt,gpt-rec-parallel --ffn none --norm none   (Shakespeare gap)
 """
 
 from __future__ import annotations
@@ -129,6 +130,43 @@ def _channel_select(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace]
     return go
 
 
+def _lm_overfit(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    from tsmix.models.lm.data import load_corpus
+    from tsmix.models.lm.model import LMConfig
+    from tsmix.models.lm.overfit import run_overfit
+    from tsmix.models.lm.train import TrainConfig
+
+    C.add_common(p, mixers="nrgpt,gpt-rec-parallel", steps=400, lr=3e-3, batch=32, layers=1)
+    p.add_argument("--norm", default="layer", help="Block norm: layer | rms | none")
+    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument("--train-chars", type=int, default=20_000,
+                   help="training text: this prefix of the train split")
+    p.add_argument("--eval-batches", type=int, default=16, help="windows x batch size scored per loss")
+    p.add_argument("--data-dir", default=None, help="folder holding tinyshakespeare/input.txt")
+
+    def go(args: argparse.Namespace) -> int:
+        for m in C.mixers(args):
+            require(m, causal=True, what="tsmix lm")
+        corpus = load_corpus(args.data_dir)
+
+        def configs(m: str, s: int) -> tuple[LMConfig, TrainConfig]:
+            lm = LMConfig(mixer=m, mixer_options=parse_options(m, args.mixer_option),
+                          vocab_size=corpus.vocab.size, block_size=args.block_size, dim=args.dim,
+                          heads=args.heads, layers=args.layers, ffn=args.ffn, norm=args.norm)
+            tc = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                             weight_decay=args.weight_decay, eval_every=max(1, args.steps // 4),
+                             eval_batches=args.eval_batches, seed=s)
+            return lm, tc
+
+        return C.run_grid(args, "lm-overfit", [f"d{args.dim}-{args.train_chars}ch"],
+                          ["train_loss", "val_loss", "gap", "best_val"],
+                          lambda v, m, s: run_overfit(*configs(m, s), corpus, args.train_chars),
+                          lambda v, m, s: {"lm": asdict(configs(m, s)[0]), "train": asdict(configs(m, s)[1]),
+                                           "train_chars": args.train_chars},
+                          percent=False, digits=3)
+    return go
+
+
 def _curved(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     from tsmix.models.synthetic import curved_boundary as cb
 
@@ -151,7 +189,7 @@ def _curved(p: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
 
 TASKS: dict[str, Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], int]]] = {
     "mad": _mad, "listops": _listops, "induction": _induction, "transport": _transport,
-    "channel-select": _channel_select, "curved-boundary": _curved,
+    "channel-select": _channel_select, "curved-boundary": _curved, "lm-overfit": _lm_overfit,
 }
 
 

@@ -9,7 +9,7 @@ import torch
 
 from tsmix.cli import main as tsmix
 from tsmix.errors import TsmixError
-from tsmix.models.capabilities import capabilities, parse_options, require
+from tsmix.models.capabilities import capabilities, parse_options, require, routes_by_position
 from tsmix.models.fit import IGNORE, FitConfig
 from tsmix.models.loop import train_steps, warmup_cosine
 from tsmix.models.nets import NetConfig
@@ -44,6 +44,12 @@ def test_capabilities_decide_positions_and_modes():
         require("yb-spectral", causal=True, what="MAD")
     assert TransportNet(TransportConfig(mixer="yb-spectral")).pos is None
     assert TransportNet(TransportConfig(mixer="softmax")).pos is not None
+    # gla / fem-* are position-aware (a decayed scan orders tokens) but cannot route by position
+    # alone: transport keeps giving them learned positions, as before the registry declared it
+    for name in ("gla", "fem-sm", "fem-ssm"):
+        assert capabilities(name).position_aware and not routes_by_position(name)
+        assert TransportNet(TransportConfig(mixer=name, dim=8, heads=2)).pos is not None
+    assert routes_by_position("yb-brickwall") and not routes_by_position("softmax")
     assert parse_options("fem-sm", ["lse=false", "beta_init=3"]) == {"lse": False, "beta_init": 3.0}
 
 
@@ -136,7 +142,8 @@ def test_task_cli_writes_rows_resumes_and_rejects_bad_input(tmp_path, capsys):
     for bad, msg in ((["task", "nope"], "unknown task 'nope'"),
                      (["task", "mad", "--mixers", "yb-spectral"], "bidirectional only"),
                      (["task", "mad", "--tasks", "copying"], "unknown MAD task"),
-                     (["task", "listops", "--mixers", "softmax", "-o", "bias=maybe"], "must be bool")):
+                     (["task", "listops", "--mixers", "softmax", "-o", "bias=maybe"], "must be bool"),
+                     (["task", "lm-overfit", "--mixers", "yb-brickwall"], "bidirectional only")):
         assert tsmix(bad) == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and len(err.splitlines()) == 1, err

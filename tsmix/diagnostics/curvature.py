@@ -150,6 +150,8 @@ def curvature(
 ) -> float:
     """Mean kappa over the inputs ``x`` (B, ...) and ``directions`` random unit directions at one ``eps``.
 
+    With the defaults (isotropic, eps = 1e-3) this is the paper's kappa exactly, no plateau search.
+
     ``cond`` None is the isotropic metric; a number uses :func:`anisotropic_precision`. ``f`` is
     any module or callable mapping a (B, ...) batch to a (B, ...) tensor, sample by sample.
     """

@@ -13,5 +13,21 @@ tsmix task induction --mixers yb-spectral,softmax,linear --out induction.csv --t
 # ListOps: the recurrent energy mixers as one bare block (their own MLP), softmax as 2 GPT blocks
 tsmix task listops --mixers nrgpt,gpt-rec-parallel --layers 1 --ffn none --out listops.csv $T
 tsmix task listops --mixers softmax --out listops.csv --table listops.md $T
-# MAD, six tasks, causal mixers
+# MAD, six tasks, causal mixers (positions by capability)
 tsmix task mad --mixers softmax,fem-sm,gla --out mad.csv --table mad.md $T
+# FEM C/L/T/G leave-one-out ablation on the two recall tasks, learned positions for every row
+A="--tasks in-context-recall,noisy-in-context-recall --positions learned --out mad_ablation.csv"
+tsmix task mad --mixers fem-sm $A $T
+for O in cond=false lse=false temperature=false outer_gate=false; do
+  tsmix task mad --mixers fem-sm -o "$O" $A --table mad_ablation.md $T
+done
+# Shakespeare over-fitting: first 20,000 train characters, 400 steps, two sizes at equal parameters
+for D in 64 128; do
+  tsmix task lm-overfit --mixers nrgpt --dim $D --layers 1 --ffn none --norm none -o ff_mult=10 --out lm_overfit.csv $T
+  tsmix task lm-overfit --mixers gpt-rec-parallel --dim $D --layers 1 --ffn none --norm none --out lm_overfit.csv $T
+  tsmix task lm-overfit --mixers softmax --dim $D --layers 1 --out lm_overfit.csv --table lm_overfit.md $T
+done
+# curvature re-run off the Bayes ceiling (harder boundary sin(5 theta), noise 0.05, 3 seeds): see
+# ../../curvature/README.md
+python ../../curvature/run.py --seeds 3 --tasks curved --noise 0.05 --frequency 5 --out ../../curvature/hard \
+  --variants "ungated,silu,mult a=0.25,mult a=0.5,mult a=0.75,sigmoid (mult a=1)"
