@@ -142,3 +142,8 @@ def add_backtest_command(sub: argparse._SubParsersAction) -> None:
     add_panel_flags(b)
     add_config_flags(b)
     b.set_defaults(func=cmd_backtest)
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """``tsmix backtest`` (the dispatcher in tsmix/cli.py calls every module's add_commands)."""
+    add_backtest_command(sub)

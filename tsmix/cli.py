@@ -18,9 +18,10 @@ from tsmix.errors import TsmixError
 COMMAND_MODULES = (
     "tsmix.datasets.cli",  # tsmix data
     "tsmix.forecasting.cli",  # tsmix fit / evaluate / predict
+    "tsmix.forecasting.backtest_cli",  # tsmix backtest
     "tsmix.forecasting.benchmark.cli",  # tsmix benchmark
     "tsmix.tuning.cli",  # tsmix tune
-    "tsmix.models.cli",  # tsmix mixers / lm / synthetic
+    "tsmix.models.cli",  # tsmix mixers / lm / task / vision
 )
 
 
