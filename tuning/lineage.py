@@ -27,14 +27,19 @@ class DataLineage:
 
 
 def data_lineage(data: Any, *, lookback: int, horizon: int, features: str, data_dir: Any = None,
-                 date_col: str | None = None) -> DataLineage:
-    """Read ``data`` the way a fit does and describe it (one extra read, once per worker)."""
+                 date_col: str | None = None, target: str | None = None, fill: str | None = None,
+                 date_format: str | None = None, date_unit: str | None = None) -> DataLineage:
+    """Read ``data`` the way a fit does and describe it (one extra read, once per worker).
+
+    ``target``, ``fill``, ``date_format``, ``date_unit``: the fit's reading settings (its config's),
+    so data a fit can read (NaNs filled, text or epoch dates) is described, not rejected."""
     import mlflow.data
     import pandas as pd
 
     from tsmix.datasets import prepare, sha256_file
 
-    prepared = prepare(data, lookback, horizon, features, data_dir=data_dir, date_col=date_col)
+    prepared = prepare(data, lookback, horizon, features, data_dir=data_dir, date_col=date_col, target=target,
+                       fill=fill, date_format=date_format, date_unit=date_unit)
     summary = prepared.summary()
     series = prepared.series
     frame = pd.DataFrame(series.values, columns=list(series.columns))

@@ -33,6 +33,7 @@ from tsmix.errors import TsmixError
 DEFAULT_STORAGE = "sqlite:///optuna.db"  # relative: the working directory
 JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")  # a bare path with these is a journal file
 LOCK_SUFFIX = ".tsmix-lock"  # claim-lock file beside a sqlite/journal file (ignored by git)
+SCHEMA_LOCK = "tsmix-storage-schema"  # PostgreSQL advisory lock held while a storage creates its tables
 HEARTBEAT_ATTR = "tsmix:heartbeat"  # journal storages: unix time of the last heartbeat
 
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
@@ -79,8 +80,52 @@ def resolve_storage_url(url: str | None) -> tuple[str, str, str]:
 
 def advisory_key(study_name: str) -> int:
     """The PostgreSQL advisory-lock key (a signed bigint) of a study's claim lock."""
-    digest = hashlib.sha1(f"tsmix-study:{study_name}".encode()).digest()
+    return _bigint(f"tsmix-study:{study_name}")
+
+
+def _bigint(name: str) -> int:
+    digest = hashlib.sha1(name.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@contextlib.contextmanager
+def _advisory_lock(engine: Any, key: int) -> Iterator[None]:
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        # Session-level: the server drops it if the worker dies while holding it.
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            conn.commit()
+
+
+@contextlib.contextmanager
+def creation_lock(kind: str, url: str, target: str) -> Iterator[None]:
+    """Held while a storage is opened for the first time, i.e. while it creates or migrates its tables.
+
+    Workers started together on a fresh database would otherwise both see no tables and both run
+    CREATE TABLE; the slower one fails ("table trials already exists", or a duplicate version row).
+    sqlite: the claim-lock file beside the database; PostgreSQL: an advisory lock of the database.
+    """
+    if kind == "sqlite":
+        from filelock import FileLock
+
+        with FileLock(target + LOCK_SUFFIX):
+            yield
+    elif kind == "postgresql":
+        from sqlalchemy import create_engine
+
+        engine = create_engine(url, pool_size=1, connect_args={"connect_timeout": 10})
+        try:
+            with _advisory_lock(engine, _bigint(SCHEMA_LOCK)):
+                yield
+        finally:
+            engine.dispose()
+    else:  # a journal file appends under its own lock: nothing to create
+        yield
 
 
 def _redact(url: str) -> str:
@@ -118,19 +163,12 @@ class StudyStorage:
             yield
 
     def _pg_lock(self, study_name: str) -> Iterator[None]:
-        from sqlalchemy import create_engine, text
+        from sqlalchemy import create_engine
 
         if self._engine is None:
             self._engine = create_engine(self.url, pool_size=1, pool_pre_ping=True)
-        key = advisory_key(study_name)
-        with self._engine.connect() as conn:
-            # Session-level: the server drops it if the worker dies while holding it.
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                conn.commit()
+        with _advisory_lock(self._engine, advisory_key(study_name)):
+            yield
 
     # ---- heartbeat ------------------------------------------------------------------
     def trial_id(self, study_name: str, number: int) -> int:
@@ -243,7 +281,7 @@ def open_storage(
     else:
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     try:
-        with warnings.catch_warnings():
+        with creation_lock(kind, url, target), warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
             storage = optuna.storages.RDBStorage(
                 url,

@@ -70,6 +70,7 @@ def make_pruner(name: str | optuna.pruners.BasePruner, epochs: int) -> optuna.pr
 
 
 RUNTIME_FIELDS = ("progress", "threads", "device")  # how a worker runs, not what the study searches
+READING_FIELDS = ("features", "target", "fill", "date_format", "date_unit")  # how every fit reads the data
 
 
 def _setup(dataset: Any, search: SearchSpace, config: dict[str, Any]) -> dict[str, Any]:
@@ -182,8 +183,8 @@ def run_study(
     store = open_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
     try:
         uri, experiment_id = check_tracking(uri, experiment or study)
-        lineage = data_lineage(dataset, lookback=lookback, horizon=horizon, features=config["features"],
-                               data_dir=data_dir, date_col=date_col)
+        lineage = data_lineage(dataset, lookback=lookback, horizon=horizon, data_dir=data_dir,
+                               date_col=date_col, **{k: config[k] for k in READING_FIELDS})
         with store.lock(study):
             st = optuna.create_study(
                 study_name=study, storage=store.optuna, direction="minimize", load_if_exists=True,

@@ -372,16 +372,20 @@ def describe_version(client: Any, name: str, version: str, forecaster: Any, data
         tsmix_version = "unknown"
     dataset = str(data) if isinstance(data, (str, Path)) else "frame"
     tags = {"dataset": dataset, "model": cfg.model, "lookback": str(cfg.lookback),
-            "horizon": str(cfg.horizon), "features": cfg.features, "val_mse": f"{m['val_mse']:.6g}",
-            "test_mse": f"{m['mse']:.6g}", "commit": git_commit(), "tsmix_version": tsmix_version,
-            **dict(extra or {})}
+            "horizon": str(cfg.horizon), "features": cfg.features, "test_mse": f"{m['mse']:.6g}",
+            "commit": git_commit(), "tsmix_version": tsmix_version}
+    held_out = numeric({"val_mse": m.get("val_mse")})  # empty when trained on train+val (NaN)
+    if held_out:
+        tags["val_mse"] = f"{held_out['val_mse']:.6g}"
+    tags.update(extra or {})  # a study's champion: val_mse is the selection score of its best trial
+    val = f"val MSE {float(tags['val_mse']):.4g}" if "val_mse" in tags else "no val MSE (train+val fit)"
     what = cfg.model
     if uses_mixer(cfg.model):
         tags["mixer"] = cfg.mixer
         what += f" ({cfg.mixer})"
     client.update_model_version(name, version, description=(
         f"{what} on {dataset}: lookback {cfg.lookback}, horizon {cfg.horizon}, features {cfg.features}; "
-        f"val MSE {m['val_mse']:.4g}, test MSE {m['mse']:.4g} (normalized scale); "
+        f"{val}, test MSE {m['mse']:.4g} (normalized scale); "
         f"tsmix {tsmix_version}, commit {tags['commit']}"))
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)

@@ -98,7 +98,7 @@ class Worker:
                 live = EpochLogger()
                 try:
                     forecaster.fit(self.data, data_dir=self.data_dir, date_col=self.date_col,
-                                   callbacks=(live, prune))
+                                   callbacks=(live, prune), evaluate_test=False)  # selection never sees test
                 except optuna.TrialPruned as exc:
                     mlflow.set_tag("optuna.state", "PRUNED")
                     status, state = "FINISHED", TrialState.PRUNED
