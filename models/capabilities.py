@@ -25,18 +25,13 @@ def capabilities(name: str, options: dict[str, Any] | None = None) -> Capabiliti
 def routes_by_position(name: str, options: dict[str, Any] | None = None) -> bool:
     """True when the mixer can move a token between fixed positions with no position embedding.
 
-    Narrower than ``position_aware`` (the map depends on token order at all): a decayed scan
-    (gla, fem-gla/ssm/aft) or fem-sm's time-decay conditioning orders the tokens, but reaches a
-    given absolute position only as fast as its decay allows, so routing tasks (transport) still
-    give those mixers learned positions. The mixers whose token map is a learned function of the
-    positions themselves (the YB brick-wall and spectral maps) need none. The registry does not
-    declare this yet; until it does, it is read off two declared capabilities: position-aware
-    with no causal form (only such position-indexed maps are; every causal-capable position-aware
-    mixer orders tokens through a scan). A future causal mixer of the position-indexed kind would
-    be answered False here, i.e. given positions, which is the safe side.
+    The registry's ``position_indexed``: the mixing weights are a learned function of the positions
+    themselves (the YB brick-wall and spectral maps). Narrower than ``position_aware`` (the map
+    depends on token order at all): a decayed scan (gla, fem-gla/ssm/aft) or fem-sm's time-decay
+    conditioning orders the tokens but reaches a given absolute position only as fast as its decay
+    allows, so routing tasks (transport) still give those mixers learned positions.
     """
-    caps = capabilities(name, options)
-    return caps.position_aware and not caps.causal
+    return capabilities(name, options).position_indexed
 
 
 def require(name: str, *, causal: bool, what: str) -> None:

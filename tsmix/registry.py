@@ -5,7 +5,7 @@ beside its fast ``forward`` (the contract, :class:`Mixer`, is checked at registr
 constructor has the signature ``cls(dim, heads, causal, options)`` where ``options`` is the
 frozen dataclass registered with it; option values are type-checked against its hints
 (:mod:`tsmix.options`). What a mixer can do (causal, bidirectional, position-aware,
-streaming) is declared at registration and asked through :func:`mixer_capabilities`.
+position-indexed, streaming) is declared at registration and asked through :func:`mixer_capabilities`.
 Callers only ever go through :func:`build_mixer`, so encoders and pipelines never know which
 mixer they hold.
 
@@ -65,10 +65,20 @@ class Capabilities:
     # model needs no positional embedding; the value at the default options (see mixer_capabilities)
     position_aware: bool = False
     streaming: bool = False  # causal mixers with step(x_t, state) and recurrent(x)
+    # Position-aware because the mixing weights are a learned function of the token positions
+    # themselves, not of the content (YB brick-wall/spectral): such a map can move a token between
+    # fixed positions with no position embedding, which a decayed scan (also position-aware) cannot.
+    position_indexed: bool = False
 
     def labels(self) -> list[str]:
-        """``["causal", "bidirectional", "position-aware", "streaming"]``, those that hold."""
-        return [f.name.replace("_", "-") for f in dataclasses.fields(self) if getattr(self, f.name)]
+        """``["causal", "bidirectional", "position-aware", "streaming"]``, those that hold.
+
+        The modes a user picks among; ``position_indexed`` refines position-aware and is not listed.
+        """
+        return [n.replace("_", "-") for n in _LABELLED if getattr(self, n)]
+
+
+_LABELLED = ("causal", "bidirectional", "position_aware", "streaming")
 
 
 PositionRule = Callable[[Any], bool]  # mixer options -> position_aware under those options
@@ -83,6 +93,8 @@ class MixerSpec:
     space: SpaceFn | None  # Optuna search space over the options, None = nothing to tune
     doc: str
     position_rule: PositionRule | None = None  # position_aware depends on the options
+    # position_indexed as declared; it holds under options only where position_aware does too
+    indexed: bool = False
 
     @property
     def supports_causal(self) -> bool:  # False: build_mixer(causal=True) raises
@@ -106,12 +118,14 @@ def register_mixer(
     supports_bidirectional: bool = True,
     position_aware: bool | PositionRule = False,
     streaming: bool = False,
+    position_indexed: bool = False,
     space: SpaceFn | None = None,
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: ``@register_mixer("softmax", options=SoftmaxOptions)``.
 
     ``position_aware`` is a bool or a rule ``options -> bool`` (e.g. on only with RoPE);
-    ``streaming`` promises ``step``/``recurrent`` in causal mode. The class is checked here
+    ``streaming`` promises ``step``/``recurrent`` in causal mode; ``position_indexed`` says the mixing
+    weights depend on token positions, not content (it implies position-aware). The class is checked here
     (:func:`check_mixer_class`), so a broken contract fails at import, not in a training run.
     """
     opts = options if options is not None else NoOptions
@@ -121,6 +135,9 @@ def register_mixer(
         raise TypeError(f"mixer {name!r} must support causal or bidirectional use (or both)")
     if streaming and not supports_causal:
         raise TypeError(f"mixer {name!r}: streaming means a causal step(); it needs supports_causal=True")
+    if position_indexed and position_aware is False:
+        raise TypeError(f"mixer {name!r}: position_indexed weights depend on positions; it needs "
+                        f"position_aware=True (or a rule)")
     rule = position_aware if callable(position_aware) else None
     if rule is not None:
         position_aware = bool(rule(opts()))
@@ -129,7 +146,8 @@ def register_mixer(
         if name in _REGISTRY and _REGISTRY[name].cls is not cls:
             raise TypeError(f"mixer name {name!r} is already registered by {_REGISTRY[name].cls}")
         check_mixer_class(name, cls, streaming)
-        caps = Capabilities(supports_causal, supports_bidirectional, bool(position_aware), streaming)
+        caps = Capabilities(supports_causal, supports_bidirectional, bool(position_aware), streaming,
+                            position_indexed and bool(position_aware))
         _REGISTRY[name] = MixerSpec(
             name=name,
             cls=cls,
@@ -138,6 +156,7 @@ def register_mixer(
             space=space,
             doc=(cls.__doc__ or "").strip().split("\n")[0],
             position_rule=rule,
+            indexed=position_indexed,
         )
         return cls
 
@@ -251,7 +270,8 @@ def mixer_capabilities(name: str, **options: Any) -> Capabilities:
     if spec.position_rule is None or not options:
         return spec.capabilities
     aware = bool(spec.position_rule(mixer_options(name, **options)))
-    return dataclasses.replace(spec.capabilities, position_aware=aware)
+    indexed = aware and spec.indexed  # options that turn awareness off turn this off too
+    return dataclasses.replace(spec.capabilities, position_aware=aware, position_indexed=indexed)
 
 
 def mixer_options(name: str, **options: Any) -> Any:

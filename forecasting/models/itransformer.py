@@ -15,7 +15,7 @@ from torch import nn
 from tsmix.block import make_norm
 from tsmix.forecasting.dropout import FastDropout
 from tsmix.forecasting.encoders import EncoderConfig, make_blocks
-from tsmix.forecasting.registry import TrainDefaults, register_model
+from tsmix.forecasting.registry import ModelNeeds, TrainDefaults, register_model
 from tsmix.forecasting.revin import RevIN
 from tsmix.forecasting.spaces import encoder_space
 
@@ -52,6 +52,7 @@ def paper(dataset: str, horizon: int) -> dict[str, Any]:
 @register_model(
     "itransformer", config=ITransformerConfig, space=encoder_space, presets={"paper": paper}, uses_mixer=True,
     training=TrainDefaults(batch_size=32, lr=1e-4, lr_schedule="type1", patience=3),
+    needs=ModelNeeds(covariates=("hist_exog", "futr_exog")),  # panels: covariates as extra variate tokens
 )
 class VariateEncoder(nn.Module):
     """iTransformer: instance norm -> each variate's window is a token -> blocks -> linear head."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import sys
@@ -77,3 +78,27 @@ def test_unsupported_mode_names_what_the_mixer_supports():
         tsmix.build_mixer("yb-spectral", 16, causal=True)
     with pytest.raises(TsmixError, match="causal must be a bool"):
         tsmix.build_mixer("softmax", 16, causal=1)
+
+
+def test_position_indexed_is_declared_and_follows_the_awareness_rule():
+    # the YB maps' weights are functions of the positions; a decayed scan is position-aware only
+    assert tsmix.mixer_capabilities("yb-brickwall").position_indexed
+    assert tsmix.mixer_capabilities("yb-spectral").position_indexed
+    gla = tsmix.mixer_capabilities("gla")
+    assert gla.position_aware and not gla.position_indexed
+    assert tsmix.mixer_capabilities("yb-spectral").labels() == ["bidirectional", "position-aware"]
+    with pytest.raises(TypeError, match="position_indexed .* needs position_aware=True"):
+        registry.register_mixer("zz-test-indexed", position_indexed=True)
+
+    @dataclasses.dataclass(frozen=True)
+    class Opts:
+        table: bool = False  # a learned position table: on only when asked
+
+    try:  # capabilities come from the registration alone: a shipped class stands in, never built here
+        registry.register_mixer("zz-test-indexed", options=Opts, position_aware=lambda o: o.table,
+                                position_indexed=True)(tsmix.mixer_spec("yb-spectral").cls)
+        assert not tsmix.mixer_capabilities("zz-test-indexed").position_indexed  # rule off at defaults
+        assert tsmix.mixer_capabilities("zz-test-indexed", table=True).position_indexed
+        assert not tsmix.mixer_capabilities("zz-test-indexed", table=False).position_indexed
+    finally:
+        registry.unregister_mixer("zz-test-indexed")

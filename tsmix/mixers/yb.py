@@ -130,6 +130,7 @@ def _space_brickwall(trial) -> dict:
 
 @register_mixer(
     "yb-brickwall", options=YBBrickwallOptions, supports_causal=False, position_aware=True,
+    position_indexed=True,
     space=_space_brickwall,
 )
 class YBBrickwall(_YBMixer):
@@ -170,6 +171,7 @@ def _space_spectral(trial) -> dict:
 
 @register_mixer(
     "yb-spectral", options=YBSpectralOptions, supports_causal=False, position_aware=True,
+    position_indexed=True,
     space=_space_spectral,
 )
 class YBSpectral(_YBMixer):
