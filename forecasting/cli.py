@@ -3,7 +3,8 @@
 The hyper-parameter flags are generated from :class:`ForecasterConfig`'s fields (one flag per
 field, its type hint parsed by :func:`tsmix.options.parse_text`, help from the field's
 ``metadata``), so the dataclass stays the only source of defaults: a flag that is not given is
-not passed at all. ``--model`` choices come from the model registry.
+not passed at all. ``--model`` choices come from the model registry. A tuple field takes
+several values (``--level 80 95``, or ``--level 80,95``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,23 @@ def _text_parser(hint: Any, flag: str) -> Callable[[str], Any]:
     return parse
 
 
+class JoinValues(argparse.Action):
+    """``nargs="+"`` of a tuple-typed flag: the tuples of every token joined (``80 95`` or ``80,95``);
+    ``none`` alone is None."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None) -> None:
+        if any(v is None for v in values):
+            if len(values) > 1:
+                parser.error(f"{option}: none cannot be combined with values")
+            setattr(namespace, self.dest, None)
+            return
+        setattr(namespace, self.dest, tuple(x for v in values for x in v))
+
+
+def _is_tuple(hint: Any) -> bool:
+    return typing.get_origin(_base(hint)) is tuple
+
+
 def add_dataclass_flags(group: Any, cls: type, skip: Collection[str] = frozenset(),
                         only: Collection[str] | None = None) -> None:
     """One ``--flag`` per field of dataclass ``cls`` (dashes for underscores), default: not given;
@@ -53,14 +71,16 @@ def add_dataclass_flags(group: Any, cls: type, skip: Collection[str] = frozenset
             continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
-                              "help": f"{f.metadata.get('help', '')} [default: {default}]"}
+        text = f"{f.metadata.get('help', '')} [default: {default}]".replace("%", "%%")  # argparse formats it
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": text}
         if _base(hints[f.name]) is bool:
             kw["action"] = argparse.BooleanOptionalAction
         else:
             kw["type"] = _text_parser(hints[f.name], flag)
             kw["choices"] = choices_of(f)
             kw["metavar"] = f.name.upper()
+            if _is_tuple(hints[f.name]):
+                kw.update(nargs="+", action=JoinValues)
         group.add_argument(flag, **kw)
 
 
@@ -114,7 +134,27 @@ def _fmt(m: dict) -> str:
     return f"mse {m['mse']:.4f}  mae {m['mae']:.4f}"
 
 
+def _probabilistic_line(m: dict) -> str | None:
+    """``intervals (split-conformal): coverage 80% 0.812 95% 0.951  width ...  crps 0.2871``."""
+    p = m.get("probabilistic")
+    if not p:
+        return None
+    cov = " ".join(f"{lv}% {p['coverage'][lv]:.3f}" for lv in p["levels"])
+    width = " ".join(f"{lv}% {p['width'][lv]:.3f}" for lv in p["levels"])
+    parts = [f"intervals ({p['interval_method']}):"] + ([f"coverage {cov}", f"width {width}"] if cov else [])
+    return "  ".join([*parts, f"pinball {p['pinball']:.4f}", f"crps {p['crps']:.4f}"])
+
+
+def checkpoint_of(args: argparse.Namespace, out_dir: Path) -> Path | None:
+    """Where ``tsmix fit`` checkpoints: ``--checkpoint-dir``, or ``<out>.ckpt`` with ``--resume``
+    (beside the run directory, which a save replaces); None: no checkpoints."""
+    if args.checkpoint_dir:
+        return Path(args.checkpoint_dir).expanduser().resolve()
+    return out_dir.with_name(out_dir.name + ".ckpt") if args.resume else None
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
+    from tsmix.engine import from_env
     from tsmix.forecasting.fitted import check_device
     from tsmix.forecasting.forecaster import check_mixer
     from tsmix.forecasting.rundir import check_out_dir
@@ -125,6 +165,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     check_mixer(cfg)  # the cheap checks first: a wrong --out or --device costs no data read, no training
     check_device(cfg.device)
     out_dir = check_out_dir(args.out or _default_out(f, args.dataset))
+    ckpt = checkpoint_of(args, out_dir)
+    if ckpt is not None and tracking_requested(args):
+        raise TsmixError("--resume/--checkpoint-dir are not available with MLflow tracking yet; "
+                         "drop --track (log the finished run later) or drop the checkpoint flags")
     if tracking_requested(args):
         # The tracking server is checked before training; the run directory is saved
         # locally before anything is logged remotely.
@@ -136,12 +180,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
             where += f"; registered models:/{run.registered_name}@{run.alias} (version {run.version})"
         print(where)
     else:
-        f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir)
-        out = f.save(out_dir)
+        f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir, checkpoint_dir=ckpt,
+              resume=args.resume)
+        out = f.save(out_dir)  # rank 0 only under torchrun
+    if not from_env().is_main:
+        return 0
     m = f.metrics_
     print(f"test {_fmt(m)}  ({m['protocol']}, {m['test_windows']} windows)  val_mse {m['val_mse']:.4f}  "
           f"epochs {m['epochs']} (best {m['best_epoch']})  {m['train_seconds']:.1f}s  "
           f"params {m['params']}  -> {out}")
+    line = _probabilistic_line(m)
+    if line:
+        print(line)
     return 0
 
 
@@ -157,6 +207,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"{args.split} {_fmt(m)}  ({m['protocol']}, {m['windows']} windows)")
     for col, cm in m["per_channel"].items():
         print(f"  {col:>12s}  {_fmt(cm)}")
+    line = _probabilistic_line(m)
+    if line:
+        print(line)
     return 0
 
 
@@ -165,10 +218,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     out = check_output_file(args.output)
     f = Forecaster.load(args.run)
-    frame = f.predict(Path(args.input) if args.input else None, **reading_of(args))
+    frame = f.predict(Path(args.input) if args.input else None, level=args.level, quantiles=args.quantiles,
+                      **reading_of(args))
     write_frame(frame, out)
-    print(f"wrote {len(frame)} forecast rows x {frame.shape[1] - 1} columns to {out}")
+    method = frame.attrs.get("interval_method")
+    print(f"wrote {len(frame)} forecast rows x {frame.shape[1] - 1} columns to {out}"
+          + (f" (intervals: {method})" if method else ""))
     return 0
+
+
+def _floats(text: str) -> tuple[float, ...] | None:
+    """argparse ``type=`` of --level / --quantiles tokens: ``80``, ``80,95``; ``none``."""
+    from tsmix.forecasting.probabilistic import parse_floats
+
+    try:
+        return parse_floats(text)
+    except TsmixError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 OUTPUT_TYPES = (".csv", ".txt", "", ".parquet")
@@ -221,6 +287,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixer-option", action="append", metavar="K=V",
                    help="a mixer option, typed by the mixer's options dataclass; repeatable "
                         "(`tsmix mixers -v` lists them)")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="write a checkpoint there after every epoch (default with --resume: <out>.ckpt, "
+                        "beside the run directory); kept after the fit")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint of an interrupted fit with the same flags and data "
+                        "(starts fresh when there is none); a different config is refused")
     add_config_flags(p)
     from tsmix.tuning.cli import add_tracking_arguments
 
@@ -243,5 +315,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--run", required=True, help="run directory")
     r.add_argument("--input", help=".csv/.parquet history with the fitted columns (default: fitted data)")
     r.add_argument("--output", required=True, help=".csv or .parquet to write")
+    r.add_argument("--level", nargs="+", type=_floats, action=JoinValues, metavar="LEVEL",
+                   help="prediction intervals in %%, e.g. 80 95: <col>-lo-80, <col>-hi-80 columns (the "
+                        "model's own, or split-conformal for point models)")
+    r.add_argument("--quantiles", nargs="+", type=_floats, action=JoinValues, metavar="Q",
+                   help="quantile columns <col>-q0.1, ..., e.g. 0.1,0.5,0.9")
     add_reading_flags(r, "reading --input (default: as the run was fitted)")
     r.set_defaults(func=cmd_predict)

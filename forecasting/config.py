@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsmix.engine.config import PRECISIONS
 from tsmix.errors import TsmixError
+from tsmix.forecasting.probabilistic.spec import LOSSES, HeadConfig
 
 FEATURES = ("M", "S", "MS")
 OPTIMIZERS = ("adam", "adamw")
@@ -104,12 +106,24 @@ class ForecasterConfig:
     first_epoch_lr_scale: float = _f(1.0, "lr factor in epoch 1 (official PatchTST: 1/25, see presets)")
     patience: int | None = _f(None, "early stopping on validation loss; best weights restored")
     grad_clip: float | None = _f(None, "max global grad norm; None = no clipping (official)")
+    # engine knobs (tsmix.engine.EngineConfig); defaults are the plain loop every earlier run used
+    precision: str = _f("32", "32 | bf16-mixed (autocast; weights and optimizer stay fp32)",
+                         choices=PRECISIONS)
+    compile: bool = _f(False, "torch.compile the network for training and validation")
+    grad_accum: int = _f(1, "micro-batches per optimizer step (the batch is cut in this many; same update)")
     drop_last: bool = _f(True, "drop the last partial training batch (official loaders do)")
     train_on: str = _f(
         "train", "train: fit on the training windows, keep the best validation epoch; train+val: the final "
         "refit on training and validation windows for exactly `epochs` epochs (no validation, no early "
         "stopping)", choices=TRAIN_ON
     )
+    # --- output head (tsmix.forecasting.probabilistic): what the network forecasts and is trained on
+    loss: str = _f("mse", "mse | mae (point) | quantile (pinball) | normal | studentt (NLL); point "
+                   "models get conformal intervals", choices=LOSSES)
+    quantiles: tuple[float, ...] | None = _f(None, "quantile levels in (0, 1) a quantile model is trained "
+                                             "on, e.g. 0.1,0.5,0.9 (loss=quantile only)")
+    level: tuple[float, ...] | None = _f(None, "interval levels in %, e.g. 80 95: trained by loss=quantile, "
+                                         "scored by evaluate (default 80 95)")
     seed: int = _f(2021, "torch/numpy/python seeds and the shuffling generator")
     device: str = _f("auto", "auto (cuda if present else cpu) | cpu | cuda | cuda:N | mps")
     threads: int | None = _f(None, "torch.set_num_threads when given")
@@ -132,7 +146,7 @@ class ForecasterConfig:
             json.dumps(self.mixer_options)
         except (TypeError, ValueError) as exc:
             raise TsmixError(f"mixer_options must be JSON-serializable: {exc}") from exc
-        for name in ("lookback", "horizon", "patch_len", "stride", "kernel_size", "epochs"):
+        for name in ("lookback", "horizon", "patch_len", "stride", "kernel_size", "epochs", "grad_accum"):
             _positive(name, getattr(self, name))
         for name in ("d_model", "heads", "layers", "d_ff", "batch_size", "test_batch_size", "threads"):
             if getattr(self, name) is not None:
@@ -157,6 +171,9 @@ class ForecasterConfig:
             check_date_args(self.date_format, self.date_unit)
         if self.kernel_size % 2 == 0:
             raise TsmixError(f"kernel_size must be odd (centred moving average), got {self.kernel_size}")
+        head = HeadConfig(self.loss, self.quantiles, self.level)  # validated, sorted; JSON lists -> tuples
+        object.__setattr__(self, "quantiles", head.quantiles)
+        object.__setattr__(self, "level", head.level)
         spec = self.model_spec()
         spec.make_config(self._values(spec.fill(self._values())))  # the model's own checks
 
@@ -175,6 +192,10 @@ class ForecasterConfig:
         if self.test_batch_size is None:
             fill["test_batch_size"] = fill.get("batch_size", self.batch_size)
         return dataclasses.replace(self, **fill)
+
+    def head(self) -> HeadConfig:
+        """The output head this config trains (loss, quantiles, level)."""
+        return HeadConfig(self.loss, self.quantiles, self.level)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

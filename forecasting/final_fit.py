@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tsmix.engine import Callback, FitResult, Task, WindowBatches, fit
@@ -35,22 +35,22 @@ def train_val_windows(prepared: Any) -> Any:
 def train_fixed_epochs(
     model: nn.Module, windows: Any, cfg: ForecasterConfig, device: torch.device, *,
     out_index: int | None = None, callbacks: Sequence[Callback] = (),
+    checkpoint_dir: str | Path | None = None, resume: bool = False,
 ) -> FitResult:
     """Fit ``model`` in place for exactly ``cfg.epochs`` epochs, no validation (``cfg`` resolved).
 
-    The optimizer, schedule, batching and loss are the ones :func:`trainer.train` uses; only the
-    validation step, early stopping and the best-weights restore are left out.
+    The optimizer, schedule, batching, loss and checkpoints are the ones :func:`trainer.train`
+    uses; only the validation step, early stopping and the best-weights restore are left out.
     """
     bs = cfg.batch_size
     data = WindowBatches(windows, bs, shuffle=True, drop_last=cfg.drop_last and len(windows) >= bs)
     opt = tr.make_optimizer(model, cfg)
     schedule = tr.make_schedule(opt, cfg, data.steps_in(0))
 
-    def loss(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x, y = batch  # (B, L, C_in), (B, H, C_out)
-        return F.mse_loss(tr.select_output(m(x), out_index), y)
-
-    engine = dataclasses.replace(tr.engine_config(cfg), patience=None, restore_best=False)
-    result = fit(Task(model, opt, data, loss, None, schedule), engine, device, callbacks)
+    loss = tr.head_loss(tr.output_head(model), out_index)
+    ident = {} if checkpoint_dir is None else tr.fingerprint(cfg, windows, None, out_index)
+    engine = dataclasses.replace(tr.engine_config(cfg, checkpoint_dir, resume), patience=None,
+                                 restore_best=False)
+    result = fit(Task(model, opt, data, loss, None, schedule, ident), engine, device, callbacks)
     result.best_epoch = len(result.history)  # the weights kept are the last epoch's
     return result

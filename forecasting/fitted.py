@@ -17,6 +17,7 @@ from torch import nn
 from tsmix.errors import TsmixError
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig
+from tsmix.forecasting.probabilistic import Calibration, Head, collect_residuals, fit_conformal, split_scores
 
 
 @dataclass
@@ -43,6 +44,12 @@ class Fitted:
     plot_from: Path | None = None  # an existing forecast.png (after load) to carry on save
     tz: str | None = None  # the dates' zone (context_ts are then UTC instants); None: naive dates
     metrics_error: str | None = None  # why a loaded run's metrics.json could not be read (predict needs none)
+    calibration: Calibration | None = None  # conformal radii of a point model (scaled units); None: none
+
+    @property
+    def head(self) -> Head:
+        """The network's output head (point, quantile, distribution)."""
+        return tr.output_head(self.model)
 
     @property
     def in_idx(self) -> list[int]:
@@ -90,23 +97,59 @@ def device_windows(prepared: Any, split: str, device: torch.device) -> Any:
 
 
 def evaluate_split(f: Fitted, prepared: Any, split: str, protocol: str) -> dict[str, Any]:
-    """MSE/MAE (normalized scale) over the split's windows, overall and per channel."""
+    """MSE/MAE (normalized scale) over the split's windows, overall and per channel; with intervals
+    (the head's or a calibration) also CRPS, pinball, coverage and width under ``probabilistic``."""
+    scores = split_scores(f.head, f.calibration, f.config.level)
     errs = tr.window_errors(f.model, device_windows(prepared, split, f.device), f.config.test_batch_size,
-                            f.device, f.out_index, drop_last=(protocol == "paper"))
+                            f.device, f.out_index, drop_last=(protocol == "paper"), head=f.head,
+                            on_batch=None if scores is None else scores.update)
     out = errs.metrics(f.out_columns)
     out.update(split=split, protocol=protocol)
+    if scores is not None:
+        out["probabilistic"] = scores.metrics()
     return out
 
 
+def calibrate(f: Fitted, prepared: Any) -> Calibration | None:
+    """Split-conformal calibration of a point model on its validation windows' residuals (scaled).
+
+    None when the head gives its own intervals, or when training used the validation windows
+    (``train_on="train+val"``): residuals on training data would give too narrow intervals.
+    """
+    head = f.head
+    if head.has_intervals or f.config.train_on != "train":
+        return None
+    f.model.eval()
+
+    def point(x: torch.Tensor) -> torch.Tensor:  # (B, L, C_in) -> (B, H, C_out)
+        return tr.select_output(head.point(f.model(x)), f.out_index)
+
+    val = device_windows(prepared, "val", f.device)
+    return fit_conformal(collect_residuals(point, val, f.config.test_batch_size))
+
+
 @torch.no_grad()
-def forecast_window(f: Fitted, raw: np.ndarray) -> np.ndarray:
-    """(L, C) original units -> (H, C_out) original units."""
+def head_output(f: Fitted, raw: np.ndarray) -> torch.Tensor:
+    """(L, C) original units -> the head's output for this window in scaled units: (H, C_out) for a
+    point head, (H, K, C_out) for a quantile / distribution head."""
     mean, scale = scaler_arrays(f.scaler, len(f.columns))
     x = (raw.astype(np.float64) - mean) / scale
     xt = torch.as_tensor(x[:, f.in_idx], dtype=torch.float32, device=f.device).unsqueeze(0)
     f.model.eval()
-    y = tr.select_output(f.model(xt), f.out_index)[0].double().cpu().numpy()  # (H, C_out)
-    return y * scale[f.out_idx] + mean[f.out_idx]
+    return tr.select_output(f.model(xt), f.out_index)[0]
+
+
+def unscale(f: Fitted, values: Any) -> np.ndarray:
+    """Locations (..., C_out) in scaled units (a point forecast, bounds, quantiles) -> original units."""
+    mean, scale = scaler_arrays(f.scaler, len(f.columns))
+    v = values.detach().double().cpu().numpy() if isinstance(values, torch.Tensor) else \
+        np.asarray(values, dtype=np.float64)
+    return v * scale[f.out_idx] + mean[f.out_idx]
+
+
+def forecast_window(f: Fitted, raw: np.ndarray) -> np.ndarray:
+    """(L, C) original units -> the point forecast (H, C_out) in original units."""
+    return unscale(f, f.head.point(head_output(f, raw)))
 
 
 def scaler_arrays(scaler: Any, channels: int) -> tuple[np.ndarray, np.ndarray]:

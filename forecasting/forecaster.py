@@ -19,13 +19,30 @@ import polars as pl
 import torch
 from torch import nn
 
+from tsmix.engine import from_env, rank_device
 from tsmix.errors import TsmixError
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig, check_fields
 from tsmix.forecasting.data import Reading, history_of, prepared_for, source_of
 from tsmix.forecasting.final_fit import train_fixed_epochs, train_val_windows
-from tsmix.forecasting.fitted import Fitted, check_device, device_windows, evaluate_split, forecast_window
+from tsmix.forecasting.fitted import (
+    Fitted,
+    calibrate,
+    check_device,
+    device_windows,
+    evaluate_split,
+    head_output,
+    unscale,
+)
 from tsmix.forecasting.plotting import plot_last_window
+from tsmix.forecasting.probabilistic import (
+    PointHead,
+    check_levels,
+    check_quantiles,
+    forecast_bands,
+    forecast_quantiles,
+    wide_frame,
+)
 from tsmix.forecasting.registry import build_model, count_params
 from tsmix.forecasting.rundir import check_out_dir, load_run, save_run
 from tsmix.registry import mixer_options, mixer_spec
@@ -126,7 +143,7 @@ class Forecaster:
     def fit(
         self, data: Any, *, data_dir: str | Path | None = None, date_col: str | None = None,
         callbacks: Sequence[EpochCallback] = (), evaluate_test: bool = True,
-        out: str | Path | None = None,
+        out: str | Path | None = None, checkpoint_dir: str | Path | None = None, resume: bool = False,
     ) -> Forecaster:
         """Train on ``data`` (benchmark name, csv/parquet path, pandas or polars frame).
 
@@ -137,12 +154,18 @@ class Forecaster:
         write, checked before anything is read or trained (an unwritable place fails at once).
         With ``train_on="train+val"`` (config) the model trains on the training and validation
         windows for exactly ``epochs`` epochs; ``val_mse`` is then NaN (nothing is held out).
+
+        ``checkpoint_dir``: write a checkpoint (``last.safetensors``) there after every epoch; with
+        ``resume`` continue from it (same config and data, else a TsmixError) and end exactly as an
+        uninterrupted fit. Under ``torchrun`` each process trains its share of every batch (DDP) on
+        its own device; only rank 0 writes checkpoints and run directories. A point model (loss
+        mse/mae) is then calibrated on the validation residuals (split conformal) for intervals.
         """
         from tsmix.datasets import prepare
 
         cfg = self._config.resolved()
         check_mixer(cfg)  # a bad mixer name/option fails before the data is read
-        device = check_device(cfg.device)
+        device = rank_device(check_device(cfg.device))  # torchrun on CUDA: this rank's GPU
         if out is not None:
             check_out_dir(out)
         if cfg.threads is not None:
@@ -169,21 +192,26 @@ class Forecaster:
             data_dir=None if data_dir is None else str(Path(data_dir).expanduser().resolve()),
             history=[], best_epoch=0, metrics={}, prepared=prepared, tz=series.tz,
         )
-        result, n_windows = _train(fitted, prepared, callbacks)
+        result, n_windows = _train(fitted, prepared, callbacks, checkpoint_dir, resume)
         fitted.history, fitted.best_epoch = result.history, result.best_epoch
+        fitted.calibration = calibrate(fitted, prepared)
         n_epochs = len(result.history)
         test = evaluate_split(fitted, prepared, "test", cfg.eval_protocol) if evaluate_test else {}
         metrics = {
             "mse": test.get("mse"), "mae": test.get("mae"),
             # validation rows trained on (train+val): no held-out score
-            "val_mse": result.best_val if cfg.train_on == "train" else float("nan"),
+            "val_mse": _val_mse(fitted, prepared, result.best_val),
             "epochs": n_epochs, "best_epoch": result.best_epoch, "train_seconds": result.train_seconds,
             "seconds_per_epoch": result.train_seconds / max(n_epochs, 1), "fit_seconds": result.seconds,
             "params": count_params(fitted.model), "protocol": cfg.eval_protocol,
             "test_windows": test.get("windows"), "device": str(device),
             "per_channel": test.get("per_channel"), "train_on": cfg.train_on, "train_windows": n_windows,
         }
-        test_keys = ("mse", "mae", "test_windows", "per_channel")
+        if not isinstance(fitted.head, PointHead):  # early stopping watched the head's own loss
+            metrics.update(loss=cfg.loss, val_loss=result.best_val)
+        if "probabilistic" in test:
+            metrics["probabilistic"] = test["probabilistic"]
+        test_keys = ("mse", "mae", "test_windows", "per_channel", "probabilistic")
         fitted.metrics = {k: v for k, v in metrics.items() if evaluate_test or k not in test_keys}
         self._fitted = fitted
         return self
@@ -210,24 +238,38 @@ class Forecaster:
 
     # ----------------------------------------------------------------- predict
     @torch.no_grad()
-    def predict(self, df: Any = None, *, fill: str | None = None, date_format: str | None = None,
-                date_unit: str | None = None) -> pd.DataFrame | pl.DataFrame:
-        """The next ``horizon`` steps after the end of ``df`` (default: the fitted data).
+    def predict(self, df: Any = None, *, level: Sequence[float] | None = None,
+                quantiles: Sequence[float] | None = None, h: int | None = None, fill: str | None = None,
+                date_format: str | None = None, date_unit: str | None = None) -> pd.DataFrame | pl.DataFrame:
+        """The next ``horizon`` steps (or the first ``h``) after the end of ``df`` (default: the fitted data).
 
         Returns a frame of the input's type (pandas for None or a path) with the date column
         first, future timestamps at the fitted frequency (in the history's zone when its dates
         carry one), and values in original units. ``df`` must be sampled at the fitted frequency.
-        ``fill``, ``date_format``, ``date_unit`` read ``df`` (default: as at fit time).
+        ``level=[80, 95]`` adds ``<col>-lo-80``, ``<col>-hi-80``, ... per column: the head's own
+        intervals, or a point model's split-conformal ones (``frame.attrs["interval_method"]``);
+        ``quantiles=[0.1, 0.9]`` adds ``<col>-q0.1``, ... ``fill``, ``date_format``, ``date_unit``
+        read ``df`` (default: as at fit time).
         """
         f = self._require_fitted()
         from tsmix.datasets import future_index
 
-        h = history_of(f, df, Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit))
-        forecast = forecast_window(f, np.asarray(h.values, dtype=np.float32))  # (H, C_out)
-        future = future_index(h.timestamps[-1], f.freq, f.config.horizon, h.tz)
-        out = pd.DataFrame(forecast.astype(np.float64), columns=f.out_columns)
-        out.insert(0, h.date_col, future)
-        return pl.from_pandas(out) if isinstance(df, pl.DataFrame) else out
+        steps = _steps(h, f.config.horizon)
+        levels = None if level is None else check_levels(level)
+        qs = None if quantiles is None else check_quantiles(quantiles)
+        hist = history_of(f, df, Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit))
+        out = head_output(f, np.asarray(hist.values, dtype=np.float32))  # scaled head output, one window
+        head, method, bands, qvals = f.head, None, {}, {}
+        if levels is not None:
+            method, raw = forecast_bands(head, out, levels, f.calibration)
+            bands = {lv: (unscale(f, lo)[:steps], unscale(f, hi)[:steps]) for lv, (lo, hi) in raw.items()}
+        if qs is not None:
+            raw_q = forecast_quantiles(head, out, qs, f.calibration)
+            qvals = {q: unscale(f, v)[:steps] for q, v in raw_q.items()}
+        future = future_index(hist.timestamps[-1], f.freq, f.config.horizon, hist.tz)[:steps]
+        frame = wide_frame(unscale(f, head.point(out))[:steps], future, f.out_columns, bands, qvals,
+                           method=method, date_col=hist.date_col)
+        return pl.from_pandas(frame) if isinstance(df, pl.DataFrame) else frame
 
     # ----------------------------------------------------------------- plots, diagnostics
     def plot_forecast(self, path: str | Path, split: str = "test", channel: str | None = None) -> Path:
@@ -238,7 +280,8 @@ class Forecaster:
     def mixer_diagnostics(self) -> dict[str, float]:
         """Merged ``diagnostics()`` of every module exposing one, keys prefixed by module path."""
         out: dict[str, float] = {}
-        for name, mod in self._require_fitted().model.named_modules():
+        model = self._require_fitted().model
+        for name, mod in getattr(model, "base", model).named_modules():  # paths inside the network
             if name and callable(getattr(mod, "diagnostics", None)):
                 for k, v in mod.diagnostics().items():
                     out[f"{name}.{k}"] = float(v)
@@ -249,9 +292,13 @@ class Forecaster:
         """Write the run directory atomically (temporary sibling folder, then rename).
 
         ``path`` must be a new or empty folder, or an earlier run directory (replaced), in a writable
-        place; ``fit(..., out=path)`` checks that before training.
+        place; ``fit(..., out=path)`` checks that before training. Under torchrun only rank 0 writes
+        (the others return the same path).
         """
-        return save_run(self._require_fitted(), path, self.plot_forecast)
+        fitted = self._require_fitted()
+        if not from_env().is_main:
+            return Path(path).expanduser().resolve()
+        return save_run(fitted, path, self.plot_forecast)
 
     @classmethod
     def load(cls, path: str | Path) -> Forecaster:
@@ -262,17 +309,41 @@ class Forecaster:
         return est
 
 
-def _train(fitted: Fitted, prepared: Any, callbacks: Sequence[EpochCallback]) -> tuple[Any, int]:
+def _train(fitted: Fitted, prepared: Any, callbacks: Sequence[EpochCallback],
+           checkpoint_dir: str | Path | None, resume: bool) -> tuple[Any, int]:
     """Train ``fitted.model`` as its config says; (the trainer's result, training windows)."""
     cfg, device = fitted.config, fitted.device
+    ck = dict(out_index=fitted.out_index, callbacks=callbacks, checkpoint_dir=checkpoint_dir, resume=resume)
     if cfg.train_on == "train+val":
         windows = train_val_windows(prepared)
         on_device = windows if device.type == "cpu" else windows.to(device)
-        return train_fixed_epochs(fitted.model, on_device, cfg, device, out_index=fitted.out_index,
-                                  callbacks=callbacks), len(windows)
+        return train_fixed_epochs(fitted.model, on_device, cfg, device, **ck), len(windows)
     train_ws, val_ws = device_windows(prepared, "train", device), device_windows(prepared, "val", device)
-    return tr.train(fitted.model, train_ws, val_ws, cfg, device, out_index=fitted.out_index,
-                    callbacks=callbacks), len(prepared.train)
+    return tr.train(fitted.model, train_ws, val_ws, cfg, device, **ck), len(prepared.train)
+
+
+def _val_mse(fitted: Fitted, prepared: Any, best_val: float) -> float:
+    """Validation MSE of the kept weights: what early stopping saw for point heads; measured again
+    for probabilistic heads (they stopped on their own loss); NaN when validation was trained on."""
+    if fitted.config.train_on != "train":
+        return float("nan")
+    if isinstance(fitted.head, PointHead):
+        return best_val
+    val = device_windows(prepared, "val", fitted.device)
+    return tr.window_errors(fitted.model, val, fitted.config.test_batch_size, fitted.device,
+                            fitted.out_index).metrics(fitted.out_columns)["mse"]
+
+
+def _steps(h: int | None, horizon: int) -> int:
+    """How many forecast steps ``predict(h=...)`` returns: 1..horizon (None: all)."""
+    if h is None:
+        return horizon
+    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
+        raise TsmixError(f"h must be a positive number of steps, got {h!r}")
+    if h > horizon:
+        raise TsmixError(f"h={h} is longer than the {horizon} steps this model forecasts; ask for at most "
+                         f"{horizon} or fit a model with horizon {h}")
+    return int(h)
 
 
 def check_mixer(cfg: ForecasterConfig) -> None:

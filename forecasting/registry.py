@@ -55,7 +55,9 @@ class ModelNeeds:
     """What a model asks of its mixer and its data (asked by callers, never inferred from the name)."""
 
     causal_mixer: bool = False  # False: the encoder sees the whole window, the mixer must be bidirectional
-    covariates: tuple[str, ...] = ()  # covariate kinds it can take (hist_exog, futr_exog, static)
+    # Covariate kinds (hist_exog, futr_exog) of a panel the model takes as extra input variates; the
+    # others go through the covariate wrapper's linear paths (see forecasting/covariate_models.py).
+    covariates: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,10 +195,15 @@ def model_spec(name: str) -> ModelSpec:
 
 
 def build_model(config: Any, channels: int) -> nn.Module:
-    """The network for a ForecasterConfig (resolved first) over ``channels`` input variates."""
+    """The network for a ForecasterConfig (resolved first) over ``channels`` input variates.
+
+    A ``ProbabilisticModel``: the registered network (its RevIN lifted out) and the config's output
+    head; for ``loss="mse"`` it computes what the registered network alone does, bit for bit.
+    """
+    from tsmix.forecasting.probabilistic import build_with_head
+
     cfg = config.resolved()
-    spec = model_spec(cfg.model)
-    return spec.build(spec.make_config(dataclasses.asdict(cfg)), channels)
+    return build_with_head(model_spec(cfg.model), dataclasses.asdict(cfg), channels, cfg.head())
 
 
 def count_params(model: nn.Module) -> int:

@@ -1,4 +1,8 @@
-"""Run directories: ``config.json``, weights, context, metrics and the forecast plot.
+"""Run directories: ``config.json``, weights, context, metrics, calibration and the forecast plot.
+
+Format 2 (the output-head wrapper): weights are ``ProbabilisticModel`` keys (``base.*``,
+``revin.*``) and a point model's conformal calibration sits in ``calibration.json``. Format 1 runs
+(the encoder's own keys, no calibration) load with their keys lifted onto the wrapper.
 
 Written to a temporary sibling folder and renamed, so a crash never leaves half a run; an
 existing run directory is swapped out only once the new one is complete. A temporary folder
@@ -20,8 +24,10 @@ import torch
 from tsmix.errors import TsmixError
 from tsmix.forecasting.config import ForecasterConfig
 from tsmix.forecasting.fitted import Fitted, check_device
+from tsmix.forecasting.probabilistic import Calibration, lift_state_dict
 from tsmix.forecasting.registry import build_model
 from tsmix.forecasting.rundir_files import (
+    CALIBRATION,
     CONTEXT,
     PLOT,
     WEIGHTS,
@@ -34,7 +40,7 @@ from tsmix.forecasting.rundir_files import (
 )
 
 FORMAT = "tsmix.forecaster"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: output-head wrapper keys and calibration.json; 1: the encoder's own keys
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "check_out_dir", "config_json", "load_run", "save_run"]
 
@@ -55,6 +61,8 @@ def save_run(f: Fitted, path: str | Path, plot: Callable[[Path], Any]) -> Path:
                    "timestamps": torch.from_numpy(stamps)}, str(tmp / CONTEXT))
         _write_json(tmp / "config.json", config_json(f))
         _write_json(tmp / "metrics.json", f.metrics)
+        if f.calibration is not None:
+            _write_json(tmp / CALIBRATION, f.calibration.to_dict())
         png = tmp / PLOT
         if f.prepared is None and f.plot_from is not None and f.plot_from.is_file():
             shutil.copyfile(f.plot_from, png)  # loaded run: keep its plot, do not re-read data
@@ -107,6 +115,10 @@ def load_run(path: str | Path) -> Fitted:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise TsmixError(f"{cfg_file} is not a tsmix forecaster config (format {got!r}); "
                          "pass a run directory written by tsmix fit")
+    version = meta.get("format_version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise TsmixError(f"{cfg_file} has format version {version!r}, newer than this tsmix reads "
+                         f"({FORMAT_VERSION}); upgrade tsmix to load it")
     try:
         cfg = ForecasterConfig.from_dict(meta["config"])
         data, training = meta["data"], meta.get("training", {})
@@ -123,7 +135,7 @@ def load_run(path: str | Path) -> Fitted:
         what = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
         raise TsmixError(f"{cfg_file} is damaged ({what}); re-run tsmix fit to write the run again") from None
     model = build_model(cfg, channels)
-    load_state(model, path)
+    load_state(model, path, lift_state_dict if version < 2 else None)
     device = _load_device(cfg)
     model.to(device).eval()
     ctx = read_tensors(path / CONTEXT, ("values", "timestamps"))
@@ -143,9 +155,20 @@ def load_run(path: str | Path) -> Fitted:
             metrics, metrics_error = {}, str(exc)  # predict does not need metrics: named when asked for
     return Fitted(
         model=model, config=cfg, device=device, scaler=scaler, context_values=values, context_ts=stamps,
-        metrics=metrics, metrics_error=metrics_error,
+        metrics=metrics, metrics_error=metrics_error, calibration=_calibration(path),
         plot_from=(path / PLOT) if (path / PLOT).is_file() else None, **facts,
     )
+
+
+def _calibration(run: Path) -> Calibration | None:
+    """The run's conformal calibration, None when it has none (a probabilistic head, a format 1 run)."""
+    file = run / CALIBRATION
+    if not file.is_file():
+        return None
+    try:
+        return Calibration.from_dict(read_json(file))
+    except TsmixError as exc:
+        raise TsmixError(f"{file} is damaged ({exc}); re-run tsmix fit to write the run again") from None
 
 
 def _jsonable(obj: Any) -> Any:

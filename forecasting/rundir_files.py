@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tsmix.errors import TsmixError
 WEIGHTS = "model.safetensors"
 CONTEXT = "context.safetensors"
 PLOT = "forecast.png"
+CALIBRATION = "calibration.json"  # a point model's split-conformal radii (scaled units)
 TMP_TAG = ".tmp-"  # .<run>.tmp-XXXX: a save in progress (or killed)
 OLD_TAG = ".old-"  # .<run>.old-XXXX: the replaced run, removed once the new one is in place
 WRITER = ".tsmix-writer"  # {"pid", "host"} of the process writing a temporary folder
@@ -180,13 +181,18 @@ def read_tensors(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
     return tensors
 
 
-def load_state(model: nn.Module, run: Path) -> None:
-    """Load ``run``'s weights into ``model``; the names and shapes must be the config's."""
+def load_state(model: nn.Module, run: Path,
+               convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    """Load ``run``'s weights into ``model``; the names and shapes must be the config's.
+
+    ``convert`` maps the stored state dict first (an older format's key layout)."""
     if not (run / WEIGHTS).is_file():
         pt = (run / "model.pt").exists()
         stray = " (its model.pt is never read: torch pickles can run code)" if pt else ""
         raise TsmixError(f"no weights in {run}: expected {WEIGHTS}{stray}; {_RERUN}")
     state = read_tensors(run / WEIGHTS)
+    if convert is not None:
+        state = convert(state)
     want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     got = {k: tuple(v.shape) for k, v in state.items()}
     problem = None

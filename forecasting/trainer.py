@@ -4,18 +4,19 @@ Matches the official LTSF / PatchTST loops: MSE loss, Adam, the per-epoch learni
 adjustments (``type1``, ``type3``) as a LambdaLR or a per-batch OneCycleLR, early stopping on
 validation loss with the best weights restored. The loop itself (checkpoints and resume, DDP,
 bf16, compile, accumulation) is the engine's; this module supplies the forecasting pieces.
+The loss is the network's output head's (:mod:`tsmix.forecasting.probabilistic`): for the
+default ``mse`` head literally ``F.mse_loss``, as before.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tsmix.engine import (
@@ -32,6 +33,7 @@ from tsmix.engine import (
 )
 from tsmix.errors import TsmixError
 from tsmix.forecasting.config import ForecasterConfig
+from tsmix.forecasting.probabilistic import Head, PointHead
 
 NAN_CHECK_EVERY = 25  # steps between finiteness checks of the running loss (one host sync each)
 TrainResult = FitResult  # history, best_epoch, best_val, train_seconds, seconds (+ steps, resumed_from)
@@ -98,22 +100,38 @@ class WindowErrors:
         }
 
 
+def output_head(model: nn.Module) -> Head:
+    """The network's output head; a network without one (a bare encoder) is an ``mse`` point model."""
+    head = getattr(model, "head", None)
+    return head if isinstance(head, Head) else PointHead("mse")
+
+
+BatchHook = Callable[[torch.Tensor, torch.Tensor], None]  # (head output, y (B, H, C_out)) per batch
+
+
 @torch.no_grad()
 def window_errors(
     model: nn.Module, windows: Any, batch_size: int, device: torch.device,
-    out_index: int | None, drop_last: bool = False,
+    out_index: int | None, drop_last: bool = False, *, head: Head | None = None,
+    on_batch: BatchHook | None = None,
 ) -> WindowErrors:
-    """Errors of ``model`` over the windows (all, or full batches only with ``drop_last``)."""
+    """Errors of the point forecast of ``model`` over the windows (all, or full batches only with
+    ``drop_last``). ``head``: the model's output head (default: read off the model); ``on_batch``
+    also sees every batch's head output (channel-selected) and targets, for further scores."""
+    head = head if head is not None else output_head(model)
     was_training = model.training
     model.eval()
     se = ae = None
     count = 0
     for x, y in iterate(windows, batch_size, drop_last=drop_last):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        err = select_output(model(x), out_index).float() - y  # (B, H, C_out)
+        out = select_output(model(x), out_index)  # (B, H, C_out), or (B, H, K, C_out)
+        err = head.point(out).float() - y  # (B, H, C_out)
         s, a = err.square().sum(dim=(0, 1)).double(), err.abs().sum(dim=(0, 1)).double()
         se, ae = (s, a) if se is None else (se + s, ae + a)
         count += x.shape[0]
+        if on_batch is not None:
+            on_batch(out.float(), y)
     model.train(was_training)
     if count == 0:
         raise TsmixError(
@@ -121,6 +139,32 @@ def window_errors(
             "use eval_protocol='fair' or a smaller test_batch_size"
         )
     return WindowErrors(se, ae, count, windows.horizon if hasattr(windows, "horizon") else y.shape[1])
+
+
+@torch.no_grad()
+def head_loss_sum(model: nn.Module, windows: Any, batch_size: int, device: torch.device,
+                  out_index: int | None, head: Head) -> tuple[torch.Tensor, int]:
+    """(sum over windows of the head's mean loss per batch x batch size, windows): the mean head loss
+    over a split, summable over DDP ranks (validation of quantile / distribution heads)."""
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0
+    for x, y in iterate(windows, batch_size):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        total += head.loss(select_output(model(x), out_index).float(), y).double() * x.shape[0]
+        count += x.shape[0]
+    model.train(was_training)
+    return total, count
+
+
+def head_loss(head: Head, out_index: int | None) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """The engine's training loss: the head's loss of the (channel-selected) output; mse: F.mse_loss."""
+
+    def loss(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch  # (B, L, C_in), (B, H, C_out)
+        return head.loss(select_output(m(x), out_index), y)
+
+    return loss
 
 
 def make_schedule(opt: torch.optim.Optimizer, cfg: ForecasterConfig, steps_per_epoch: int) -> Schedule:
@@ -159,14 +203,15 @@ def shard_windows(windows: Any, rank: int, world: int) -> Any:
                          windows.target_idx, windows.start + a, windows.start + b + span, windows.marks)
 
 
-def _fingerprint(cfg: ForecasterConfig, train_windows: Any, val_windows: Any, out_index: int | None) -> dict:
+def fingerprint(cfg: ForecasterConfig, train_windows: Any, val_windows: Any | None,
+                out_index: int | None) -> dict:
     """The run's identity for resume: every config field that matters and a hash of the data."""
     data = train_windows.data.detach().cpu().contiguous()
     return {
         "config": {k: v for k, v in cfg.to_dict().items() if k not in _NOT_IDENTITY},
         "data": {"sha256": hashlib.sha256(data.numpy().tobytes()).hexdigest(), "shape": list(data.shape),
-                 "train_windows": len(train_windows), "val_windows": len(val_windows),
-                 "out_index": out_index},
+                 "train_windows": len(train_windows),
+                 "val_windows": None if val_windows is None else len(val_windows), "out_index": out_index},
     }
 
 
@@ -184,6 +229,10 @@ def train(
 ) -> TrainResult:
     """Fit ``model`` in place; returns the history. ``cfg`` must be resolved.
 
+    The loss is the model's output head's (``model.head``; ``mse`` for a bare network). Early
+    stopping watches the validation MSE of point heads (as the official loops) and the mean head
+    loss (pinball, NLL) of probabilistic ones.
+
     ``checkpoint_dir``: write a checkpoint there after every epoch; with ``resume`` continue from
     it (same config and data required) and end exactly as an uninterrupted run would. Raises
     TsmixError (naming the epoch) as soon as the training loss is not finite. An exception from a
@@ -194,16 +243,16 @@ def train(
     data = WindowBatches(train_windows, bs, shuffle=True, drop_last=drop_last)
     opt = make_optimizer(model, cfg)
     schedule = make_schedule(opt, cfg, data.steps_in(0))
-
-    def loss(m: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x, y = batch  # (B, L, C_in), (B, H, C_out)
-        return F.mse_loss(select_output(m(x), out_index), y)
+    head = output_head(model)  # before the engine wraps the model (DDP, compile)
 
     def validate(m: nn.Module, rank: int, world: int) -> tuple[torch.Tensor, int]:
         dev = next(m.parameters()).device  # the engine's device (cuda:LOCAL_RANK under torchrun)
-        val = window_errors(m, shard_windows(val_windows, rank, world), cfg.test_batch_size, dev, out_index)
+        shard = shard_windows(val_windows, rank, world)
+        if not isinstance(head, PointHead):
+            return head_loss_sum(m, shard, cfg.test_batch_size, dev, out_index, head)
+        val = window_errors(m, shard, cfg.test_batch_size, dev, out_index, head=head)
         return val.se.sum(), val.windows * val.horizon * val.se.numel()
 
-    fingerprint = {} if checkpoint_dir is None else _fingerprint(cfg, train_windows, val_windows, out_index)
-    task = Task(model, opt, data, loss, validate, schedule, fingerprint)
+    ident = {} if checkpoint_dir is None else fingerprint(cfg, train_windows, val_windows, out_index)
+    task = Task(model, opt, data, head_loss(head, out_index), validate, schedule, ident)
     return fit(task, engine_config(cfg, checkpoint_dir, resume), device, callbacks)

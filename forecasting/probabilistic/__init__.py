@@ -38,6 +38,7 @@ from tsmix.forecasting.probabilistic.output import (
     long_frame,
     wide_frame,
 )
+from tsmix.forecasting.probabilistic.scoring import CRPS_GRID, SplitScores, scored_levels, split_scores
 from tsmix.forecasting.probabilistic.spec import (
     LOSSES,
     HeadConfig,
@@ -49,6 +50,7 @@ from tsmix.forecasting.probabilistic.spec import (
 )
 
 __all__ = [
+    "CRPS_GRID",
     "LOSSES",
     "Calibration",
     "Head",
@@ -58,6 +60,7 @@ __all__ = [
     "ProbabilisticModel",
     "QuantileHead",
     "ScoreSums",
+    "SplitScores",
     "StudentTHead",
     "WindowScale",
     "build_probabilistic",
@@ -82,5 +85,7 @@ __all__ = [
     "pinball",
     "pinball_loss",
     "resolve_quantiles",
+    "scored_levels",
+    "split_scores",
     "wide_frame",
 ]

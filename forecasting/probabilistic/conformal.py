@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from tsmix.errors import TsmixError
-from tsmix.forecasting.probabilistic.spec import check_levels
+from tsmix.forecasting.probabilistic.spec import check_levels, check_quantiles
 
 DEFAULT_GRID = tuple(x / 2 for x in range(1, 200))  # 0.5, 1.0, ..., 99.5 percent
 MAX_RESIDUALS = 20_000_000  # values kept by collect_residuals (80 MB float32): windows are thinned above
@@ -59,6 +59,27 @@ class Calibration:
                 f"got {self.n}; ask a lower level or use a longer validation split"
             )
         return r
+
+    def covers(self, level: float) -> bool:
+        """True when ``level`` has a finite radius (within the grid, enough calibration windows)."""
+        try:
+            self.radius(level)
+        except TsmixError:
+            return False
+        return True
+
+    def quantiles(self, point: Any, qs: Sequence[float]) -> Any:
+        """Quantiles (..., H, Q, C) of the conformal forecast: ``q < 0.5`` the lower bound of the
+        central ``100 (1 - 2q)``% interval, ``q > 0.5`` the upper bound of ``100 (2q - 1)``%, 0.5 the
+        point itself. ``point`` (..., H, C) numpy or torch; the result has its type."""
+        out = []
+        for q in check_quantiles(qs):
+            if abs(q - 0.5) < _TOL:
+                out.append(point)
+            else:
+                lo, hi = self.interval(point, round(abs(200.0 * q - 100.0), 9))
+                out.append(lo if q < 0.5 else hi)
+        return torch.stack(out, dim=-2) if isinstance(point, torch.Tensor) else np.stack(out, axis=-2)
 
     def interval(self, point: Any, level: float) -> tuple[Any, Any]:
         """``point`` (..., H, C), numpy or torch -> (lo, hi) of the same type and shape."""

@@ -41,10 +41,15 @@ def forecast_bands(head: Head, out: torch.Tensor, levels: Sequence[float],
     return calibration.method, {lv: calibration.interval(point, lv) for lv in levels}
 
 
-def forecast_quantiles(head: Head, out: torch.Tensor, quantiles: Sequence[float]) -> dict[float, Any]:
-    """{q: (..., H, C)} quantiles of the head output (point heads raise a one-line TsmixError)."""
+def forecast_quantiles(head: Head, out: torch.Tensor, quantiles: Sequence[float],
+                       calibration: Calibration | None = None) -> dict[float, Any]:
+    """{q: (..., H, C)} quantiles of the head output: the head's own, else a point model's conformal
+    ones (the bounds of central intervals); a point head without calibration: one-line TsmixError."""
     qs = check_quantiles(quantiles)
-    values = head.quantiles(out, qs)  # (..., H, Q, C)
+    if head.has_intervals or calibration is None:
+        values = head.quantiles(out, qs)  # (..., H, Q, C)
+    else:
+        values = calibration.quantiles(head.point(out), qs)
     return {q: values[..., i, :] for i, q in enumerate(qs)}
 
 

@@ -309,6 +309,33 @@ CASES += [
 ]
 
 
+# ---------------------------------------------------------------- engine knobs and output heads (#15, #19)
+CASES += [
+    Bad("fit-grad-accum-zero", fit("--grad-accum", "0"), "grad_accum must be a positive int", {D: GOOD},
+        lambda d: forecaster(d, grad_accum=0)),
+    Bad("fit-quantiles-outside", fit("--loss", "quantile", "--quantiles", "0.1,1.5"),
+        "quantiles must lie strictly between 0 and 1", {D: GOOD},
+        lambda d: forecaster(d, loss="quantile", quantiles=[0.1, 1.5])),
+    Bad("fit-quantiles-duplicated", fit("--loss", "quantile", "--quantiles", "0.1", "0.1"),
+        "quantiles has duplicated values [0.1]", {D: GOOD},
+        lambda d: forecaster(d, loss="quantile", quantiles=[0.1, 0.1])),
+    Bad("fit-quantiles-point-loss", fit("--quantiles", "0.1,0.9"), "quantiles only apply to loss='quantile'",
+        {D: GOOD}, lambda d: forecaster(d, quantiles=[0.1, 0.9])),
+    Bad("fit-level-100", fit("--loss", "quantile", "--level", "80", "100"),
+        "level must lie strictly between 0 and 100", {D: GOOD},
+        lambda d: forecaster(d, loss="quantile", level=[80, 100])),
+    Bad("predict-level-zero", predict("run", "--level", "0"), "level must lie strictly between 0 and 100",
+        fitted=True, api=lambda d: load_run(d).predict(level=[0])),
+    Bad("predict-quantiles-duplicated", predict("run", "--quantiles", "0.5,0.5"),
+        "quantiles has duplicated values [0.5]", fitted=True,
+        api=lambda d: load_run(d).predict(quantiles=[0.5, 0.5])),
+    Bad("predict-level-without-calibration", predict("run", "--level", "80"), "has no conformal calibration",
+        fitted=True, damage=_write_run_file("calibration.json", None),
+        api=lambda d: load_run(d).predict(level=[80])),
+    Bad("predict-damaged-calibration", predict(), "calibration.json is damaged", fitted=True,
+        damage=_write_run_file("calibration.json", b'{"levels": [80]}'), api=load_run),
+]
+
 def _write(folder: Path, files: dict[str, str | None]) -> None:
     for name, text in files.items():
         if text is None:

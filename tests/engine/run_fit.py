@@ -3,15 +3,13 @@
     python run_fit.py OUT.json MODEL[,MODEL...] [--ckpt DIR] [--resume] [--epochs N]
 
 Prints ``epoch N`` (flushed) after every epoch; rank 0 writes OUT.json, ``{model: summary}`` with
-the exact metrics, history and final weights of each fit (checkpoints in DIR/MODEL). Checkpointing
-goes through ``forecasting/trainer.train``'s ``checkpoint_dir``/``resume`` keywords (bound here
-until Forecaster.fit exposes them).
+the exact metrics, history and final weights of each fit (checkpoints in DIR/MODEL, through
+``Forecaster.fit(checkpoint_dir=..., resume=...)``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
 import json
 import os
@@ -44,11 +42,7 @@ def fit_summary(model: str, ckpt: str | None = None, resume: bool = False, epoch
                 rows: int = 1200) -> dict:
     """Fit, then the exact metrics, history (train/val loss, lr per epoch) and weights."""
     from tsmix.forecasting import Forecaster
-    from tsmix.forecasting import trainer as tr
 
-    original = tr.train
-    if ckpt:
-        tr.train = functools.partial(original, checkpoint_dir=ckpt, resume=resume)
     data = Path(os.environ["TSMIX_DATA_DIR"]) / "ETT-small" / "ETTh1.csv"
     frame = pd.read_csv(data, nrows=rows, parse_dates=["date"])
 
@@ -57,10 +51,7 @@ def fit_summary(model: str, ckpt: str | None = None, resume: bool = False, epoch
 
     f = Forecaster(lookback=96, horizon=24, epochs=epochs, batch_size=64, seed=11, progress=False,
                    patience=10, **MODELS[model])
-    try:
-        f.fit(frame, callbacks=[announce])
-    finally:
-        tr.train = original
+    f.fit(frame, callbacks=[announce], checkpoint_dir=ckpt, resume=resume)
     m = f.metrics_
     out = {k: m[k] for k in ("mse", "mae", "val_mse", "epochs", "best_epoch")}
     out["history"] = [[r["epoch"], r["train_loss"], r["val_loss"], r["lr"]] for r in f.history]

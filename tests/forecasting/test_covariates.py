@@ -73,7 +73,7 @@ def test_variate_route_feeds_covariates_as_tokens(variate_model):
     m = f.model_
     assert m.layout.as_variates == ("hist_exog", "futr_exog") and m.layout.channels == 2
     assert m.futr_proj is None and m.hist_proj is None  # no linear path for a kind taken as variates
-    assert m.base.embed.in_features == L and m.base.revin is not None
+    assert m.base.base.embed.in_features == L and m.base.revin is not None
     # the token of a future covariate holds its horizon: changing promo after the origin moves the forecast
     b = f._fitted.prepared.test.gather(torch.arange(4))
     futr = b.futr.clone()

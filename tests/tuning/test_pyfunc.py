@@ -145,8 +145,10 @@ def test_horizon_and_level_params(logged):
     assert isinstance(err.value, MlflowException)  # served as a 400 with this message
     with pytest.raises(TsmixError, match="positive"):
         model.predict(example, params={"horizon": 0})
-    with pytest.raises(TsmixError, match=r"level=\[80\].*has none"):
-        model.predict(example, params={"level": [80]})
+    banded = model.predict(example, params={"level": [80]})  # conformal bands of the point model
+    assert "OT-lo-80" in banded.columns and "OT-hi-80" in banded.columns
+    with pytest.raises(TsmixError, match="level must lie strictly between 0 and 100"):
+        model.predict(example, params={"level": [100]})
     with pytest.raises(MlflowException):  # the Forecaster's own checks reach REST clients too
         model.predict(example.tail(LOOKBACK - 1))
     schema = {p.name: p for p in model.metadata.get_params_schema().params}
