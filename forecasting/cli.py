@@ -111,11 +111,30 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def is_panel_request(args: argparse.Namespace, data: str) -> bool:
+    from tsmix.forecasting.backtest_cli import is_panel_request as panel
+
+    return panel(args, data)
+
+
+def read_table(path: str | None, flag: str) -> Any:
+    from tsmix.forecasting.backtest_cli import read_table as read
+
+    return read(path, flag)
+
+
+def add_panel_flags(parser: argparse.ArgumentParser) -> None:
+    from tsmix.forecasting.backtest_cli import add_panel_flags as add
+
+    add(parser)
+
+
 def build_forecaster(args: argparse.Namespace):
     from tsmix.forecasting import Forecaster
+    from tsmix.forecasting.backtest_cli import panel_options
     from tsmix.forecasting.presets import preset_params
 
-    params = config_overrides(args)
+    params = {**config_overrides(args), **panel_options(args)}
     if args.preset:
         model = params.get("model", ForecasterConfig.model)
         horizon = params.get("horizon", ForecasterConfig.horizon)
@@ -179,6 +198,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if run.registered_name:
             where += f"; registered models:/{run.registered_name}@{run.alias} (version {run.version})"
         print(where)
+    elif is_panel_request(args, args.dataset):
+        if ckpt is not None:
+            raise TsmixError("--resume/--checkpoint-dir are not available for panel (long-format) fits yet")
+        f.fit(args.dataset, static_df=read_table(args.static, "--static"), out=out_dir)
+        out = f.save(out_dir)
+        m = f.metrics_
+        print(f"test {_fmt(m)}  ({m['series']} series, {m['test_windows']} windows)  "
+              f"val_mse {m['val_mse']:.4f}  epochs {m['epochs']} (best {m['best_epoch']})  "
+              f"{m['train_seconds']:.1f}s  -> {out}")
+        return 0
     else:
         f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir, checkpoint_dir=ckpt,
               resume=args.resume)
@@ -199,10 +228,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from tsmix.forecasting import Forecaster
 
     f = Forecaster.load(args.run)
+    if f.panel_ is not None and args.data is None:
+        raise TsmixError("a panel run keeps only each series' last rows: pass --data FILE (the long-format "
+                         "data to score)")
     m = f.evaluate(args.split, protocol=args.eval_protocol, data=args.data, data_dir=args.data_dir,
                    **reading_of(args))
     if args.json:
         print(json.dumps(m, indent=2))
+        return 0
+    if f.panel_ is not None:
+        print(f"{args.split} {_fmt(m)}  ({m['windows']} windows)")
+        for sid, sm in m["per_series"].items():
+            print(f"  {sid:>12s}  {_fmt(sm)}")
         return 0
     print(f"{args.split} {_fmt(m)}  ({m['protocol']}, {m['windows']} windows)")
     for col, cm in m["per_channel"].items():
@@ -218,8 +255,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     out = check_output_file(args.output)
     f = Forecaster.load(args.run)
+    if f.panel_ is not None:
+        frame = f.predict(args.input, futr_df=read_table(args.futr, "--futr"), h=args.h,
+                          static_df=read_table(args.static, "--static"), level=args.level,
+                          quantiles=args.quantiles)
+        write_frame(frame, out)
+        print(f"wrote {len(frame)} forecast rows for {frame['unique_id'].nunique()} series to {out}")
+        return 0
+    if args.futr or args.static:
+        raise TsmixError("--futr/--static belong to runs fitted on a long-format panel; this run is wide")
     frame = f.predict(Path(args.input) if args.input else None, level=args.level, quantiles=args.quantiles,
-                      **reading_of(args))
+                      h=args.h, **reading_of(args))
     write_frame(frame, out)
     method = frame.attrs.get("interval_method")
     print(f"wrote {len(frame)} forecast rows x {frame.shape[1] - 1} columns to {out}"
@@ -294,6 +340,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="continue from the checkpoint of an interrupted fit with the same flags and data "
                         "(starts fresh when there is none); a different config is refused")
     add_config_flags(p)
+    add_panel_flags(p)
     from tsmix.tuning.cli import add_tracking_arguments
 
     add_tracking_arguments(p)  # --track, --tracking-uri, --experiment, --register-as, --alias
@@ -320,5 +367,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "model's own, or split-conformal for point models)")
     r.add_argument("--quantiles", nargs="+", type=_floats, action=JoinValues, metavar="Q",
                    help="quantile columns <col>-q0.1, ..., e.g. 0.1,0.5,0.9")
+    r.add_argument("--steps", dest="h", type=int, metavar="H",
+                   help="forecast only the first H steps (at most the trained horizon)")
+    r.add_argument("--futr", metavar="FILE",
+                   help="panel runs: future covariates over the horizon (.csv/.parquet)")
+    r.add_argument("--static", metavar="FILE", help="panel runs: one row per series (id + attributes)")
     add_reading_flags(r, "reading --input (default: as the run was fitted)")
     r.set_defaults(func=cmd_predict)

@@ -34,6 +34,8 @@ from tsmix.forecasting.fitted import (
     head_output,
     unscale,
 )
+from tsmix.forecasting.panel_fit import PanelForecaster, PanelOptions, is_long_frame
+from tsmix.forecasting.panel_fit_io import is_panel_run
 from tsmix.forecasting.plotting import plot_last_window
 from tsmix.forecasting.probabilistic import (
     PointHead,
@@ -48,6 +50,9 @@ from tsmix.forecasting.rundir import check_out_dir, load_run, save_run
 from tsmix.registry import mixer_options, mixer_spec
 
 EpochCallback = Callable[[int, dict], None]  # cb(epoch (1-based), logs)
+
+
+_PANEL_KEYS = frozenset(f.name for f in dataclasses.fields(PanelOptions))
 
 
 def seed_everything(seed: int) -> None:
@@ -67,10 +72,14 @@ class Forecaster:
         self, model: str = "patchtst", mixer: str = "softmax", lookback: int = 336, horizon: int = 96,
         **hyperparameters: Any,
     ) -> None:
+        # Panel options (id_col, hist_exog, ...) only matter for long-format data (the panel path).
+        panel = {k: hyperparameters.pop(k) for k in list(hyperparameters) if k in _PANEL_KEYS}
         check_fields(hyperparameters)
         self._config = ForecasterConfig(
             model=model, mixer=mixer, lookback=lookback, horizon=horizon, **hyperparameters
         )
+        self._panel_options = PanelOptions(**panel)
+        self._panel: PanelForecaster | None = None  # set when fitted on a long-format panel
         self._fitted: Fitted | None = None
 
     # ----------------------------------------------------------------- sklearn-style params
@@ -118,14 +127,23 @@ class Forecaster:
 
     @property
     def is_fitted(self) -> bool:
-        return self._fitted is not None
+        return self._fitted is not None or self._panel is not None
+
+    @property
+    def panel_(self) -> PanelForecaster | None:
+        """The panel estimator behind a long-format fit (None for wide data)."""
+        return self._panel
 
     @property
     def history(self) -> list[dict]:
+        if self._panel is not None:
+            return self._panel.history
         return list(self._require_fitted().history)
 
     @property
     def metrics_(self) -> dict:
+        if self._panel is not None:
+            return self._panel.metrics_
         f = self._require_fitted()
         if f.metrics_error is not None:
             raise TsmixError(f.metrics_error)
@@ -144,6 +162,7 @@ class Forecaster:
         self, data: Any, *, data_dir: str | Path | None = None, date_col: str | None = None,
         callbacks: Sequence[EpochCallback] = (), evaluate_test: bool = True,
         out: str | Path | None = None, checkpoint_dir: str | Path | None = None, resume: bool = False,
+        static_df: Any = None,
     ) -> Forecaster:
         """Train on ``data`` (benchmark name, csv/parquet path, pandas or polars frame).
 
@@ -161,6 +180,12 @@ class Forecaster:
         its own device; only rank 0 writes checkpoints and run directories. A point model (loss
         mse/mae) is then calibrated on the validation residuals (split conformal) for intervals.
         """
+        if self._is_panel(data):
+            self._panel = PanelForecaster.from_config(self._config, self._panel_options).fit(
+                data, static_df, callbacks=callbacks, out=out)
+            self._fitted = None
+            return self
+        self._panel = None
         from tsmix.datasets import prepare
 
         cfg = self._config.resolved()
@@ -227,6 +252,8 @@ class Forecaster:
         columns (default: the fitted data, re-read from its source after ``load``); ``fill``,
         ``date_format``, ``date_unit`` read it (default: as at fit time).
         """
+        if self._panel is not None:
+            return self._panel.evaluate(split, df=data)
         f = self._require_fitted()
         protocol = protocol or f.config.eval_protocol
         if protocol not in ("fair", "paper"):
@@ -240,7 +267,8 @@ class Forecaster:
     @torch.no_grad()
     def predict(self, df: Any = None, *, level: Sequence[float] | None = None,
                 quantiles: Sequence[float] | None = None, h: int | None = None, fill: str | None = None,
-                date_format: str | None = None, date_unit: str | None = None) -> pd.DataFrame | pl.DataFrame:
+                date_format: str | None = None, date_unit: str | None = None, futr_df: Any = None,
+                static_df: Any = None) -> pd.DataFrame | pl.DataFrame:
         """The next ``horizon`` steps (or the first ``h``) after the end of ``df`` (default: the fitted data).
 
         Returns a frame of the input's type (pandas for None or a path) with the date column
@@ -251,6 +279,11 @@ class Forecaster:
         ``quantiles=[0.1, 0.9]`` adds ``<col>-q0.1``, ... ``fill``, ``date_format``, ``date_unit``
         read ``df`` (default: as at fit time).
         """
+        if self._panel is not None:
+            if level is not None or quantiles is not None:
+                raise TsmixError("intervals and quantiles are not available for panel (long-format) "
+                                 "fits yet; drop level=/quantiles=")
+            return self._panel.predict(df, futr_df=futr_df, static_df=static_df, h=h)
         f = self._require_fitted()
         from tsmix.datasets import future_index
 
@@ -295,6 +328,8 @@ class Forecaster:
         place; ``fit(..., out=path)`` checks that before training. Under torchrun only rank 0 writes
         (the others return the same path).
         """
+        if self._panel is not None:
+            return self._panel.save(path)
         fitted = self._require_fitted()
         if not from_env().is_main:
             return Path(path).expanduser().resolve()
@@ -303,10 +338,32 @@ class Forecaster:
     @classmethod
     def load(cls, path: str | Path) -> Forecaster:
         """Read a run directory written by :meth:`save` or ``tsmix fit --out``."""
+        if is_panel_run(path):
+            panel = PanelForecaster.load(path)
+            est = cls(**panel.get_params())
+            est._panel = panel
+            return est
         fitted = load_run(path)
         est = cls(**fitted.config.to_dict())
         est._fitted = fitted
         return est
+
+    # ----------------------------------------------------------------- panels, backtests
+    def _is_panel(self, data: Any) -> bool:
+        """Long-format input (an ``id_col`` column in a frame or a csv/parquet file's header)."""
+        id_col = self._panel_options.id_col
+        if isinstance(data, (str, Path)):
+            from tsmix.datasets.cli import file_columns
+
+            return id_col in file_columns(str(data))
+        return is_long_frame(data, id_col)
+
+    def cross_validation(self, df: Any, **kwargs: Any) -> Any:
+        """Rolling-origin backtest on ``df`` (long or wide); see ``backtest.cross_validation``."""
+        from tsmix.forecasting.backtest import cross_validation
+
+        est = PanelForecaster.from_config(self._config, self._panel_options) if self._is_panel(df) else self
+        return cross_validation(est, df, **kwargs)
 
 
 def _train(fitted: Fitted, prepared: Any, callbacks: Sequence[EpochCallback],
