@@ -186,6 +186,12 @@ class Forecaster:
             self._fitted = None
             return self
         self._panel = None
+        given = sorted(k for k, v in dataclasses.asdict(self._panel_options).items()
+                       if v != getattr(PanelOptions, k, None))
+        if given or static_df is not None:
+            names = ", ".join(given + (["static_df"] if static_df is not None else []))
+            raise TsmixError(f"{names} apply to long-format panels (an {self._panel_options.id_col!r} "
+                             "column), not to this wide data: drop them or pass a long frame/file")
         from tsmix.datasets import prepare
 
         cfg = self._config.resolved()

@@ -78,3 +78,10 @@ def test_cli_fit_evaluate_predict_on_a_long_file(panel, tmp_path, capsys):
     assert list(fc.columns) == ["unique_id", "ds", "y_hat"] and len(fc) == 9
     assert main(["predict", "--run", str(run), "--output", str(tmp_path / "x.csv"), "--steps", "9"]) == 2
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_panel_options_on_wide_data_are_refused_before_reading(tmp_path):
+    f = Forecaster("dlinear", lookback=L, horizon=H, production=True, test_size=0, **TINY)
+    with pytest.raises(TsmixError, match="production, test_size apply to long-format panels"):
+        f.fit("ETTh1", out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
