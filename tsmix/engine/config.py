@@ -33,11 +33,15 @@ class EngineConfig:
     checkpoint_every: int | None = None  # also checkpoint every N optimizer steps inside an epoch
     resume: bool = False  # continue from checkpoint_dir's checkpoint when there is one
     progress: bool = True  # tqdm bar + one line per epoch on stderr (rank 0)
-    nan_check_every: int = 25  # steps between finiteness checks of the running loss (one host sync)
+    # steps between finiteness checks of the running loss (one host sync); None = never (a caller
+    # that checks every loss itself, or deliberately trains on through a non-finite loss)
+    nan_check_every: int | None = 25
 
     def __post_init__(self) -> None:
         for name in ("epochs", "grad_accum", "nan_check_every"):
             v = getattr(self, name)
+            if name == "nan_check_every" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TsmixError(f"{name} must be a positive int, got {v!r}")
         if self.precision not in PRECISIONS:
@@ -61,6 +65,7 @@ class EngineConfig:
 LossFn = Callable[[nn.Module, Any], torch.Tensor]  # (model, batch) -> mean loss over the batch (scalar)
 # (model, rank, world) -> (sum of the validation loss over this rank's share, number of terms)
 ValidateFn = Callable[[nn.Module, int, int], tuple[torch.Tensor, int]]
+StepHook = Callable[[int, torch.Tensor], None]  # (optimizer steps done, this rank's loss of the step) -> None
 
 
 @dataclass
@@ -74,6 +79,9 @@ class Task:
     validate: ValidateFn | None = None  # None: no validation, no early stopping
     schedule: Schedule | None = None
     fingerprint: dict[str, Any] = field(default_factory=dict)  # the run's config; resume refuses another
+    # after every optimizer step, before a mid-epoch checkpoint (so it saves what the hook consumed);
+    # None: no per-step hook (epoch-end callbacks only)
+    on_step: StepHook | None = None
 
 
 @dataclass

@@ -128,7 +128,9 @@ class _Loop:
             if loss is not None:
                 st.loss_sum += loss
                 st.steps, st.epoch_steps = st.steps + 1, st.epoch_steps + 1
-            if (i + 1) % cfg.nan_check_every == 0:
+            if loss is not None and self.task.on_step is not None:
+                self.task.on_step(st.steps, loss)
+            if cfg.nan_check_every is not None and (i + 1) % cfg.nan_check_every == 0:
                 self.check_finite(st.loss_sum, epoch)
             bar.step()
             every = cfg.checkpoint_every
@@ -138,7 +140,8 @@ class _Loop:
                 self.save(folder)
         loss_sum = all_reduce_sum(st.loss_sum, self.d) / self.d.world if self.d.enabled else st.loss_sum
         train_loss = (loss_sum / max(st.epoch_steps, 1)).item()  # the one sync of the epoch
-        self.check_finite(torch.tensor(train_loss), epoch)
+        if cfg.nan_check_every is not None:
+            self.check_finite(torch.tensor(train_loss), epoch)
         return train_loss, st.epoch_train_seconds + time.perf_counter() - t0
 
     def check_finite(self, loss_sum: torch.Tensor, epoch: int) -> None:
