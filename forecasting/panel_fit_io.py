@@ -25,7 +25,7 @@ from tsmix.forecasting.config import ForecasterConfig
 from tsmix.forecasting.covariate_models import CovariateLayout, build_covariate_model
 from tsmix.forecasting.fitted import check_device
 from tsmix.forecasting.panel_fit import PanelFitted, PanelOptions
-from tsmix.forecasting.rundir_files import WEIGHTS, atomic_dir, load_state, read_json, refuse_temporary
+from tsmix.forecasting.rundir_files import WEIGHTS, atomic_dir, load_state, read_json, read_run_meta
 
 FORMAT = "tsmix.panel_forecaster"
 FORMAT_VERSION = 1
@@ -83,16 +83,9 @@ def save_panel_run(f: PanelFitted, path: str | Path) -> Path:
 def load_panel_run(path: str | Path) -> PanelFitted:
     """Read a run directory written by :func:`save_panel_run`."""
     path = Path(path).expanduser()
-    refuse_temporary(path)
-    cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        raise TsmixError(f"{path} is not a tsmix run directory (no config.json); pass the folder "
-                         "save() wrote")
-    meta = read_json(cfg_file)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise TsmixError(f"{cfg_file} is not a panel model (format {got!r}); load it with the estimator that "
-                         f"wrote it")
+    cfg_file, meta = read_run_meta(path, FORMAT, kind="panel model",
+                                   missing_fix="pass the folder save() wrote",
+                                   wrong_fix="load it with the estimator that wrote it")
     try:
         cfg = ForecasterConfig.from_dict(meta["config"])
         options = PanelOptions(**meta["panel"])

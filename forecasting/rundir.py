@@ -35,8 +35,8 @@ from tsmix.forecasting.rundir_files import (
     check_out_dir,
     load_state,
     read_json,
+    read_run_meta,
     read_tensors,
-    refuse_temporary,
 )
 
 FORMAT = "tsmix.forecaster"
@@ -104,17 +104,9 @@ def load_run(path: str | Path) -> Fitted:
     from tsmix.datasets import Scaler
 
     path = Path(path).expanduser()
-    refuse_temporary(path)
-    cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        hint = "it is a file" if path.is_file() else "no config.json"
-        raise TsmixError(f"{path} is not a tsmix run directory ({hint}); "
-                         "pass the folder tsmix fit --out wrote")
-    meta = read_json(cfg_file)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise TsmixError(f"{cfg_file} is not a tsmix forecaster config (format {got!r}); "
-                         "pass a run directory written by tsmix fit")
+    cfg_file, meta = read_run_meta(path, FORMAT, kind="tsmix forecaster config",
+                                   missing_fix="pass the folder tsmix fit --out wrote",
+                                   wrong_fix="pass a run directory written by tsmix fit")
     version = meta.get("format_version", 1)
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise TsmixError(f"{cfg_file} has format version {version!r}, newer than this tsmix reads "

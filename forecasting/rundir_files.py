@@ -156,6 +156,24 @@ def refuse_temporary(path: Path) -> None:
                      "(re-run tsmix fit if it is missing)")
 
 
+def read_run_meta(path: Path, fmt: str, *, kind: str, missing_fix: str, wrong_fix: str) -> tuple[Path, dict]:
+    """``(config.json path, its dict)`` of a run directory whose config names format ``fmt``.
+
+    The checks every run reader shares: not a temporary folder of a killed save, a config.json there,
+    and the right format; ``kind`` names what was expected, the ``*_fix`` texts what to pass instead.
+    """
+    refuse_temporary(path)
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        hint = "it is a file" if path.is_file() else "no config.json"
+        raise TsmixError(f"{path} is not a tsmix run directory ({hint}); {missing_fix}")
+    meta = read_json(cfg_file)
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise TsmixError(f"{cfg_file} is not a {kind} (format {got!r}); {wrong_fix}")
+    return cfg_file, meta
+
+
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())

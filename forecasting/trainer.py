@@ -183,8 +183,8 @@ def engine_config(cfg: ForecasterConfig, checkpoint_dir: str | Path | None = Non
     """
     return EngineConfig(
         epochs=cfg.epochs, seed=cfg.seed, grad_clip=cfg.grad_clip, patience=max(cfg.patience, 1),
-        grad_accum=getattr(cfg, "grad_accum", 1), precision=getattr(cfg, "precision", "32"),
-        compile=getattr(cfg, "compile", False), checkpoint_dir=checkpoint_dir, resume=resume,
+        grad_accum=cfg.grad_accum, precision=cfg.precision,
+        compile=cfg.compile, checkpoint_dir=checkpoint_dir, resume=resume,
         progress=cfg.progress, nan_check_every=NAN_CHECK_EVERY,
     )
 
