@@ -7,12 +7,15 @@ grid, or a factory returning either) is fitted on the rows before the first wind
 (``refit=False``), before every cutoff (``True``) or every ``k`` windows (``refit=k``) — always a
 fresh copy with the same parameters and seed, so the estimator passed in is left as it was. Every
 forecast goes through the estimator's public ``predict`` with the history up to its cutoff (and, for
-future covariates, their actual values over the window).
+future covariates, their actual values over the window). ``level=[80, 95]`` / ``quantiles=[...]`` add
+the model's interval / quantile columns (``y_hat-lo-80``, ``y_hat-hi-80``, ``y_hat-q0.1``: its head's,
+or a point model's conformal ones) and, per level, the empirical coverage and mean width (original
+units) to the metrics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from sklearn.metrics import mean_absolute_error, mean_squared_error
 
 from tsmix.errors import TsmixError
 from tsmix.forecasting.backtest_data import Target, target_for
+from tsmix.forecasting.probabilistic.output import interval_columns
+from tsmix.forecasting.probabilistic.spec import format_level
 
 Estimator = Any  # PanelForecaster | Forecaster (fit / predict / get_params)
 Factory = Callable[[], Estimator]
@@ -32,12 +37,13 @@ Factory = Callable[[], Estimator]
 class Backtest:
     """The forecasts of every window and their scores (original units)."""
 
-    frame: pd.DataFrame  # long: id, ds, cutoff, y, y_hat
-    metrics: dict[str, float]  # overall mse, mae, mase, smape (over every forecast row)
-    per_cutoff: pd.DataFrame  # one row per cutoff: cutoff, mse, mae, mase, smape, rows
+    frame: pd.DataFrame  # long: id, ds, cutoff, y, y_hat (+ y_hat-lo-80, ... when level was asked)
+    metrics: dict[str, float]  # overall mse, mae, mase, smape (+ coverage-80, width-80, ...) over every row
+    per_cutoff: pd.DataFrame  # one row per cutoff: cutoff, mse, mae, mase, smape (+ coverage, width), rows
     season_length: int  # m of MASE's in-sample seasonal naive error
     id_col: str = "unique_id"
     time_col: str = "ds"
+    level: tuple[float, ...] = ()  # interval levels in the frame
 
     def plot(self, path: str | Path, series: list[str] | None = None, max_series: int = 3) -> Path:
         """PNG of forecasts against actuals, one panel per series, one line per cutoff (Agg)."""
@@ -78,14 +84,19 @@ def _naive_scale(y: np.ndarray, m: int) -> float:
     return float(np.abs(y[m:] - y[:-m]).mean())
 
 
-def _scores(part: pd.DataFrame, scale: pd.Series, id_col: str) -> dict[str, float]:
+def _scores(part: pd.DataFrame, scale: pd.Series, id_col: str, levels: tuple[float, ...] = ()
+            ) -> dict[str, float]:
     y, yh = part["y"].to_numpy(np.float64), part["y_hat"].to_numpy(np.float64)
     mae_s = (part["y"] - part["y_hat"]).abs().groupby(part[id_col], sort=False).mean()
     ratio = mae_s / scale.reindex(mae_s.index)
     ratio = ratio[np.isfinite(ratio)]  # a constant training part (scale 0) has no MASE
-    return {"mse": float(mean_squared_error(y, yh)), "mae": float(mean_absolute_error(y, yh)),
-            "mase": float(ratio.mean()) if len(ratio) else float("nan"), "smape": smape(y, yh),
-            "rows": len(part)}
+    out = {"mse": float(mean_squared_error(y, yh)), "mae": float(mean_absolute_error(y, yh)),
+           "mase": float(ratio.mean()) if len(ratio) else float("nan"), "smape": smape(y, yh)}
+    for lv in levels:  # original units: the backtest frame's own values
+        lo, hi = (part[c].to_numpy(np.float64) for c in interval_columns("y_hat", lv))
+        out[f"coverage-{format_level(lv)}"] = float(((lo <= y) & (y <= hi)).mean())
+        out[f"width-{format_level(lv)}"] = float((hi - lo).mean())
+    return {**out, "rows": len(part)}
 
 
 def _refit_every(refit: bool | int, n_windows: int) -> int:
@@ -111,15 +122,19 @@ def _check_windows(target: Target, n_windows: int, step: int, need: int) -> None
 
 
 def cross_validation(estimator: Estimator | Factory, df: Any, *, n_windows: int = 1, step: int | None = None,
-                     refit: bool | int = False, static_df: Any = None,
-                     season: int | None = None) -> Backtest:
+                     refit: bool | int = False, static_df: Any = None, season: int | None = None,
+                     level: Sequence[float] | None = None, quantiles: Sequence[float] | None = None
+                     ) -> Backtest:
     """Rolling-origin backtest of ``estimator`` (or a factory of fresh ones) on ``df``.
 
     ``step``: rows between cutoffs (default: the horizon, windows side by side). ``season``: MASE's
     seasonal period (default from the frequency, :func:`season_length`). MASE divides each series' MAE
     by the seasonal naive in-sample MAE of its rows before the first cutoff (its first training part).
+    ``level`` / ``quantiles``: interval / quantile columns in the frame (a model with neither intervals
+    nor conformal calibration: a one-line error from its ``predict``, at the first forecast).
     """
     target = target_for(estimator, df, static_df)
+    target.ask(level, quantiles)
     step = target.horizon if step is None else step
     _check_windows(target, n_windows, step, target.min_rows)
     every = _refit_every(refit, n_windows)
@@ -134,7 +149,8 @@ def cross_validation(estimator: Estimator | Factory, df: Any, *, n_windows: int 
     m = season_length(target.freq) if season is None else int(season)
     scale = pd.Series({sid: _naive_scale(target.values(i, int(cuts[0][i])), m)
                        for i, sid in enumerate(target.ids)}, dtype=np.float64)
-    per_cutoff = pd.DataFrame([{"cutoff": c, **_scores(g, scale, target.id_col)}
+    levels = target.level or ()
+    per_cutoff = pd.DataFrame([{"cutoff": c, **_scores(g, scale, target.id_col, levels)}
                                for c, g in frame.groupby("cutoff", sort=True)])
-    return Backtest(frame=frame, metrics=_scores(frame, scale, target.id_col), per_cutoff=per_cutoff,
-                    season_length=m, id_col=target.id_col, time_col=target.time_col)
+    return Backtest(frame=frame, metrics=_scores(frame, scale, target.id_col, levels), per_cutoff=per_cutoff,
+                    season_length=m, id_col=target.id_col, time_col=target.time_col, level=levels)

@@ -36,9 +36,11 @@ def add_panel_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--futr", metavar="FILE",
                    help="predict: .csv/.parquet with the future covariates over the horizon")
     g.add_argument("--val-size", type=int, help="validation steps at each series' end (default: horizon)")
-    g.add_argument("--test-size", type=int, help="test steps at each series' end (default horizon; 0 none)")
+    g.add_argument("--test-size", type=int, help="test steps at each series' end (default horizon; 0 none; "
+                                                 "wide data: only 0, the same as --production)")
     g.add_argument("--production", action="store_true",
-                   help="pick the epoch count on validation, then refit on every row for that many epochs")
+                   help="pick the epoch count on validation, then refit on every row for that many epochs "
+                        "(panels and wide data; no test is scored)")
 
 
 _ROLES = ("id_col", "time_col", "target_col", "hist_exog", "futr_exog", "val_size", "test_size")
@@ -102,7 +104,8 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         est = Forecaster(**params)
         data = load(args.data, data_dir=args.data_dir).to_pandas()
     bt = cross_validation(est, data, n_windows=args.n_windows, step=args.step, refit=refit,
-                          static_df=read_table(args.static, "--static"), season=args.season)
+                          static_df=read_table(args.static, "--static"), season=args.season,
+                          level=params.get("level"))  # --level also asks the backtest for interval columns
     if out is not None:
         write_frame(bt.frame, out)
     if plot is not None:
@@ -115,6 +118,9 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     m = bt.metrics
     print(f"backtest {args.n_windows} window(s), {m['rows']} forecast rows: mse {m['mse']:.4f}  "
           f"mae {m['mae']:.4f}  mase {m['mase']:.4f} (season {bt.season_length})  smape {m['smape']:.2f}")
+    cover = {k: v for k, v in m.items() if k.startswith(("coverage-", "width-"))}
+    if cover:
+        print("  " + "  ".join(f"{k} {v:.3f}" for k, v in cover.items()))
     for _, r in bt.per_cutoff.iterrows():
         print(f"  cutoff {r['cutoff']}  mse {r['mse']:.4f}  mae {r['mae']:.4f}  mase {r['mase']:.4f}  "
               f"smape {r['smape']:.2f}")

@@ -3,11 +3,13 @@
 ``PanelTarget`` serves a ``PanelForecaster`` on a long frame (ragged series: each cutoff is a row
 position from each series' own end); ``WideTarget`` the wide ``Forecaster`` on one time grid (every
 column a series). Both go through the estimators' public ``fit`` / ``predict`` / ``get_params`` only.
+With ``level`` / ``quantiles`` set, each forecast also carries the estimator's interval / quantile
+columns in the long convention (``y_hat-lo-80``, ``y_hat-hi-80``, ``y_hat-q0.1``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,8 @@ import pandas as pd
 
 from tsmix.datasets.dates import localize
 from tsmix.errors import TsmixError
+from tsmix.forecasting.probabilistic import check_levels, check_quantiles
+from tsmix.forecasting.probabilistic.output import interval_columns, quantile_column
 
 
 class Target:
@@ -27,9 +31,25 @@ class Target:
     min_rows: int  # rows a fit needs before the first cutoff
     id_col: str = "unique_id"  # output column names
     time_col: str = "ds"
+    level: tuple[float, ...] | None = None  # interval levels asked of every forecast
+    quantiles: tuple[float, ...] | None = None
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self.make = make  # a fresh, unfitted estimator with the backtest's parameters
+
+    def ask(self, level: Sequence[float] | None, quantiles: Sequence[float] | None) -> None:
+        """Validate and keep the intervals / quantiles every forecast returns."""
+        self.level = None if level is None else check_levels(level)
+        self.quantiles = None if quantiles is None else check_quantiles(quantiles)
+
+    def extra(self, name: str = "y_hat") -> list[str]:
+        """Interval and quantile columns of ``name`` asked for, in output order."""
+        cols = [c for lv in self.level or () for c in interval_columns(name, lv)]
+        return cols + [quantile_column(name, q) for q in self.quantiles or ()]
+
+    def asked(self) -> dict[str, Any]:
+        """predict() keywords for the asked intervals / quantiles (none when nothing was asked)."""
+        return {k: v for k, v in (("level", self.level), ("quantiles", self.quantiles)) if v is not None}
 
     def values(self, i: int, stop: int) -> np.ndarray:
         """Raw target values of series ``i``, rows ``[0, stop)``."""
@@ -73,12 +93,12 @@ class PanelTarget(Target):
         history = self.frame[self.pos < c]
         window = self.frame[(self.pos >= c) & (self.pos < c + self.horizon)]
         futr = window[[self.id_col, self.time_col, *self.futr]] if self.futr else None
-        pred = est.predict(history, futr_df=futr, static_df=self.static_df)
+        pred = est.predict(history, futr_df=futr, static_df=self.static_df, **self.asked())
         cutoff = history.groupby(self.id_col, sort=False)[self.time_col].max().rename("cutoff")
         truth = window[[self.id_col, self.time_col]].assign(y=window[self.target_col].astype(np.float64))
         out = pred.merge(cutoff, left_on=self.id_col, right_index=True).merge(truth, on=[self.id_col,
                                                                                      self.time_col])
-        return out[[self.id_col, self.time_col, "cutoff", "y", "y_hat"]]
+        return out[[self.id_col, self.time_col, "cutoff", "y", "y_hat", *self.extra()]]
 
 
 class WideTarget(Target):
@@ -102,8 +122,8 @@ class WideTarget(Target):
 
     def forecast(self, est: Any, cut: np.ndarray) -> pd.DataFrame:
         c, H = int(cut[0]), self.horizon
-        pred = est.predict(self.frame.iloc[:c].reset_index(drop=True))
-        cols = [k for k in pred.columns if k != self.date_col]
+        pred = est.predict(self.frame.iloc[:c].reset_index(drop=True), **self.asked())
+        cols = [k for k in pred.columns if k in self.ids]  # the forecast columns, not their bands
         truth = self.frame.iloc[c : c + H]
         if not np.array_equal(pd.DatetimeIndex(pred[self.date_col]), pd.DatetimeIndex(truth[self.date_col])):
             raise TsmixError("the forecast's timestamps differ from the data's rows after the cutoff: the "
@@ -113,7 +133,9 @@ class WideTarget(Target):
             self.id_col: np.repeat(np.asarray(cols, dtype=object), H),
             self.time_col: np.tile(pred[self.date_col].to_numpy(), len(cols)), "cutoff": cutoff,
             "y": truth[cols].to_numpy(np.float64).T.ravel(),
-            "y_hat": pred[cols].to_numpy(np.float64).T.ravel()})
+            "y_hat": pred[cols].to_numpy(np.float64).T.ravel(),
+            **{name: pred[[col + name[len("y_hat"):] for col in cols]].to_numpy(np.float64).T.ravel()
+               for name in self.extra()}})  # <col>-lo-80 -> y_hat-lo-80
 
 
 def target_for(estimator: Any, df: Any, static_df: Any = None) -> Target:

@@ -1,4 +1,5 @@
-"""Backtest plot: actuals over the backtested span and each cutoff's forecast, one panel per series.
+"""Backtest plot: actuals over the backtested span and each cutoff's forecast, one panel per series;
+with interval columns, each cutoff's bands shaded in its colour (wider levels lighter).
 
 Drawn on a private Agg canvas (matplotlib's global backend is never touched), written atomically.
 """
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tsmix.errors import TsmixError
+from tsmix.forecasting.probabilistic.output import interval_columns
 
 MAX_CUTOFFS = 12  # more forecast lines than this are unreadable: an even subset of cutoffs is drawn
 
@@ -42,6 +44,9 @@ def plot_backtest(bt: Any, path: str | Path, series: list[str] | None = None, ma
         for color, c in zip(colors, cutoffs):
             w = g[g["cutoff"] == c]
             if len(w):
+                for lv in sorted(bt.level, reverse=True):  # widest first, under the rest
+                    lo, hi = interval_columns("y_hat", lv)
+                    ax.fill_between(w[tc], w[lo], w[hi], color=color, alpha=0.12, lw=0)
                 ax.plot(w[tc], w["y_hat"], color=color, lw=1.0, alpha=0.9)
                 ax.axvline(c, color=color, lw=0.6, ls=":")
         ax.set_title(f"{sid}: forecasts from {len(cutoffs)} cutoffs (dotted) vs actual", fontsize=9)

@@ -203,11 +203,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
             raise TsmixError("--resume/--checkpoint-dir are not available for panel (long-format) fits yet")
         f.fit(args.dataset, static_df=read_table(args.static, "--static"), out=out_dir)
         out = f.save(out_dir)
-        m = f.metrics_
-        print(f"test {_fmt(m)}  ({m['series']} series, {m['test_windows']} windows)  "
-              f"val_mse {m['val_mse']:.4f}  epochs {m['epochs']} (best {m['best_epoch']})  "
-              f"{m['train_seconds']:.1f}s  -> {out}")
-        return 0
     else:
         f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir, checkpoint_dir=ckpt,
               resume=args.resume)
@@ -215,6 +210,20 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not from_env().is_main:
         return 0
     m = f.metrics_
+    if f.panel_ is not None:
+        scored = "no test held out (production)" if m["mse"] is None else \
+            f"test {_fmt(m)}  ({m['series']} series, {m['test_windows']} windows)"
+        print(f"{scored}  val_mse {m['val_mse']:.4f}  epochs {m['epochs']} (best {m['best_epoch']})  "
+              f"{m['train_seconds']:.1f}s  -> {out}")
+        line = _probabilistic_line(m)
+        if line:
+            print(line)
+        return 0
+    if m.get("production"):  # nothing held out: the selection fit's numbers, then the refit's
+        print(f"production fit: {m['epochs']} epochs (best of {m['selection_epochs']} on validation, val_mse "
+              f"{m['val_mse']:.4f}) on all {m['train_windows']} windows, no test held out  "
+              f"{m['train_seconds']:.1f}s  params {m['params']}  -> {out}")
+        return 0
     print(f"test {_fmt(m)}  ({m['protocol']}, {m['test_windows']} windows)  val_mse {m['val_mse']:.4f}  "
           f"epochs {m['epochs']} (best {m['best_epoch']})  {m['train_seconds']:.1f}s  "
           f"params {m['params']}  -> {out}")
@@ -240,10 +249,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"{args.split} {_fmt(m)}  ({m['windows']} windows)")
         for sid, sm in m["per_series"].items():
             print(f"  {sid:>12s}  {_fmt(sm)}")
-        return 0
-    print(f"{args.split} {_fmt(m)}  ({m['protocol']}, {m['windows']} windows)")
-    for col, cm in m["per_channel"].items():
-        print(f"  {col:>12s}  {_fmt(cm)}")
+    else:
+        print(f"{args.split} {_fmt(m)}  ({m['protocol']}, {m['windows']} windows)")
+        for col, cm in m["per_channel"].items():
+            print(f"  {col:>12s}  {_fmt(cm)}")
     line = _probabilistic_line(m)
     if line:
         print(line)

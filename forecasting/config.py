@@ -23,7 +23,7 @@ OPTIMIZERS = ("adam", "adamw")
 LR_SCHEDULES = ("type1", "type3", "onecycle", "constant")
 PROTOCOLS = ("fair", "paper")
 PADDINGS = ("end", "none")
-TRAIN_ON = ("train", "train+val")
+TRAIN_ON = ("train", "train+val", "all")
 
 
 def _models() -> list[str]:
@@ -115,7 +115,8 @@ class ForecasterConfig:
     train_on: str = _f(
         "train", "train: fit on the training windows, keep the best validation epoch; train+val: the final "
         "refit on training and validation windows for exactly `epochs` epochs (no validation, no early "
-        "stopping)", choices=TRAIN_ON
+        "stopping); all: every window up to the last row, scaler fit on every row, nothing held out (the "
+        "production refit)", choices=TRAIN_ON
     )
     # --- output head (tsmix.forecasting.probabilistic): what the network forecasts and is trained on
     loss: str = _f("mse", "mse | mae (point) | quantile (pinball) | normal | studentt (NLL); point "
@@ -124,6 +125,10 @@ class ForecasterConfig:
                                              "on, e.g. 0.1,0.5,0.9 (loss=quantile only)")
     level: tuple[float, ...] | None = _f(None, "interval levels in %, e.g. 80 95: trained by loss=quantile, "
                                          "scored by evaluate (default 80 95)")
+    conformal: bool = _f(True, "calibrate intervals on the validation windows (split conformal, scaled "
+                         "by each window's spread): a point model's intervals, and the adjustment of a "
+                         "quantile/distribution head's own bounds (CQR); off: a head's raw bounds, none for "
+                         "point models")
     seed: int = _f(2021, "torch/numpy/python seeds and the shuffling generator")
     device: str = _f("auto", "auto (cuda if present else cpu) | cpu | cuda | cuda:N | mps")
     threads: int | None = _f(None, "torch.set_num_threads when given")

@@ -15,6 +15,12 @@ here feeds them in the way that suits the model, read from its registration, nev
   the past-only covariates to one (B, H) term each. Those maps start at zero, so at initialisation
   the wrapper forecasts exactly what its base model does.
 
+The base model ends in its output head (``tsmix.forecasting.probabilistic``: point, quantile, normal,
+Student-t), so the wrapper returns the head's output: (B, H, 1) for a point head, (B, H, K, 1)
+otherwise. The linear covariate term is a shift of the forecast's location: added to a point
+forecast, to every quantile (a common shift keeps them non-crossing) or to a distribution's loc,
+never to a scale or shape parameter.
+
 Static attributes never become variates: a constant series carries no time information and
 instance normalization would zero it.
 """
@@ -27,7 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tsmix.forecasting.probabilistic.heads import DistributionHead, Head, QuantileHead
 from tsmix.forecasting.registry import ModelSpec, build_model
+from tsmix.forecasting.trainer import output_head
 
 KINDS = ("hist_exog", "futr_exog", "static")
 VARIATE_KINDS = ("hist_exog", "futr_exog")  # kinds that are series, so they can be variates
@@ -81,8 +89,18 @@ def _zero_linear(n_in: int, n_out: int) -> nn.Linear:
     return lin
 
 
+def shift_location(head: Head, out: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """``out`` (the head's output) with its location moved by ``delta`` (B, H, 1)."""
+    if isinstance(head, QuantileHead):  # (B, H, Q, 1): every quantile is a location
+        return out + delta.unsqueeze(-2)
+    if isinstance(head, DistributionHead):  # (B, H, K, 1): loc at k = 0; scale / df are not shifted
+        return torch.cat([out[..., :1, :] + delta.unsqueeze(-2), out[..., 1:, :]], dim=-2)
+    return out + delta  # point head (B, H, 1)
+
+
 class CovariateModel(nn.Module):
-    """A registered model plus its covariates: ``(x, hist, futr, static, static_cat) -> (B, H, 1)``."""
+    """A registered model plus its covariates: ``(x, hist, futr, static, static_cat)`` -> its head's
+    output, (B, H, 1) for a point head, (B, H, K, 1) for a quantile / distribution head."""
 
     def __init__(self, base: nn.Module, layout: CovariateLayout) -> None:
         super().__init__()
@@ -97,10 +115,15 @@ class CovariateModel(nn.Module):
         n_static = lay.static + sum(_embed_dim(n) for n in lay.cardinalities)
         self.static_proj = _zero_linear(n_static, H) if n_static else None
 
+    @property
+    def head(self) -> Head:
+        """The output head of the base network (``mse`` point head for a bare network)."""
+        return output_head(self.base)
+
     def forward(self, x: torch.Tensor, hist: torch.Tensor, futr: torch.Tensor, static: torch.Tensor,
                 static_cat: torch.Tensor) -> torch.Tensor:
         """x (B, L, 1), hist (B, L, Ch), futr (B, L+H, Cf), static (B, Cs), static_cat (B, Ck)
-        -> (B, H, 1)."""
+        -> the head output, target channel only."""
         L = self.layout.lookback
         parts = [x]
         if self.hist_in:
@@ -108,15 +131,16 @@ class CovariateModel(nn.Module):
         if self.futr_in:
             parts.append(futr[:, -L:])  # (B, L, Cf): the span ending at the horizon's last step
         inp = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (B, L, channels)
-        out = self.base(inp)
-        y = out if out.shape[2] == 1 else out[..., :1]  # (B, H, 1): the target's forecast only
+        out = self.base(inp)  # (B, H, channels) or (B, H, K, channels): channels last either way
+        y = out if out.shape[-1] == 1 else out[..., :1]  # the target's forecast only
+        head = self.head
         if self.futr_proj is not None:
-            y = y + self.futr_proj(futr[:, L:])  # (B, H, Cf) -> (B, H, 1)
+            y = shift_location(head, y, self.futr_proj(futr[:, L:]))  # (B, H, Cf) -> (B, H, 1)
         if self.hist_proj is not None:
-            y = y + self.hist_proj(hist.flatten(1)).unsqueeze(2)  # (B, L*Ch) -> (B, H, 1)
+            y = shift_location(head, y, self.hist_proj(hist.flatten(1)).unsqueeze(2))  # (B, L*Ch) -> (B,H,1)
         if self.static_proj is not None:
             feats = [static, *(emb(static_cat[:, j]) for j, emb in enumerate(self.embeds))]
-            y = y + self.static_proj(torch.cat(feats, dim=1)).unsqueeze(2)  # (B, Cs + emb) -> (B, H, 1)
+            y = shift_location(head, y, self.static_proj(torch.cat(feats, dim=1)).unsqueeze(2))  # (B,H,1)
         return y
 
 

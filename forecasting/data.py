@@ -65,6 +65,10 @@ def prepared_for(f: Fitted, data: Any, data_dir: str | Path | None, reading: Rea
                        date_col=None if isinstance(data, (str, Path)) else f.date_col, target=f.target,
                        **(reading or Reading.of(f)).kwargs())
     check_columns(tuple(prepared.series.columns), f.columns)
+    if f.config.train_on == "all":  # a production model scales any data with its own scaler, as predict does
+        from tsmix.forecasting.final_fit import scaled_with
+
+        prepared = scaled_with(prepared, f.scaler)
     if refit_source:
         f.prepared = prepared  # cache the re-read fitted data
     return prepared

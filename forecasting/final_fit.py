@@ -1,9 +1,14 @@
-"""The final refit (``train_on="train+val"``): training and validation windows, a fixed epoch count.
+"""The final refits: a fixed epoch count on more windows than the selection fit saw.
 
-Once a study has chosen the settings and the epoch count on validation, the model it hands on is
-trained once more on every window before the test rows, for exactly that many epochs: there is no
-held-out data left to validate on, so no early stopping and no best-epoch restore. The scaler stays
-fit on the training rows (``prepare`` fits it), and the test split is still scored once afterwards.
+``train_on="train+val"``: once a study has chosen the settings and the epoch count on validation, the
+model it hands on is trained once more on every window before the test rows, for exactly that many
+epochs: there is no held-out data left to validate on, so no early stopping and no best-epoch restore.
+The scaler stays fit on the training rows (``prepare`` fits it), and the test split is still scored.
+
+``train_on="all"`` (the production refit, ``Forecaster(test_size=0)`` / ``tsmix fit --production``):
+every window of the whole series, up to the last row. The scaler is refit on every row
+(:func:`scaled_on_all_rows`): nothing is held out, so there is nothing a wider fit could leak into,
+and the newest rows' level and spread are exactly what the shipped model forecasts from.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -30,6 +36,38 @@ def train_val_windows(prepared: Any) -> Any:
     return WindowSet(prepared.data, prepared.lookback, prepared.horizon, prepared.features,
                      prepared.target_idx, prepared.borders["train"][0], prepared.borders["val"][1],
                      marks=t.marks)
+
+
+def all_windows(prepared: Any) -> Any:
+    """One WindowSet over every row of the series: all ``T - L - H + 1`` windows, the last ones too."""
+    from tsmix.datasets import WindowSet
+
+    return WindowSet(prepared.data, prepared.lookback, prepared.horizon, prepared.features,
+                     prepared.target_idx, 0, len(prepared.data), marks=prepared.marks)
+
+
+def refit_windows(prepared: Any, train_on: str) -> Any:
+    """The windows a fixed-epoch refit trains on: ``train+val`` or ``all``."""
+    return all_windows(prepared) if train_on == "all" else train_val_windows(prepared)
+
+
+def scaled_on_all_rows(prepared: Any) -> Any:
+    """``prepared`` with its scaler refit on every row and the data and window sets rescaled with it
+    (borders unchanged); what ``train_on="all"`` trains and evaluates on."""
+    from tsmix.datasets import Scaler
+
+    return scaled_with(prepared, Scaler().fit(prepared.series.values))
+
+
+def scaled_with(prepared: Any, scaler: Any) -> Any:
+    """``prepared`` with its data and window sets rescaled by ``scaler`` (a fitted ``Scaler``)."""
+    from tsmix.datasets import WindowSet
+
+    data = torch.from_numpy(np.ascontiguousarray(scaler.transform(prepared.series.values), dtype=np.float32))
+    p = prepared
+    sets = {k: WindowSet(data, p.lookback, p.horizon, p.features, p.target_idx, *p.borders[k], marks=p.marks)
+            for k in ("train", "val", "test")}
+    return dataclasses.replace(prepared, scaler=scaler, data=data, **sets)
 
 
 def train_fixed_epochs(

@@ -17,7 +17,17 @@ from torch import nn
 from tsmix.errors import TsmixError
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig
-from tsmix.forecasting.probabilistic import Calibration, Head, collect_residuals, fit_conformal, split_scores
+from tsmix.forecasting.probabilistic import (
+    Calibration,
+    Head,
+    collect_residuals,
+    fit_conformal,
+    forecast_bands,
+    scored_levels,
+    split_scores,
+    window_scale,
+)
+from tsmix.forecasting.probabilistic.conformal import collect_interval_errors, fit_interval_conformal
 
 
 @dataclass
@@ -102,7 +112,8 @@ def evaluate_split(f: Fitted, prepared: Any, split: str, protocol: str) -> dict[
     scores = split_scores(f.head, f.calibration, f.config.level)
     errs = tr.window_errors(f.model, device_windows(prepared, split, f.device), f.config.test_batch_size,
                             f.device, f.out_index, drop_last=(protocol == "paper"), head=f.head,
-                            on_batch=None if scores is None else scores.update)
+                            on_batch=None if scores is None else
+                            lambda out, y, x: scores.update(out, y, window_scale(x, f.out_index)))
     out = errs.metrics(f.out_columns)
     out.update(split=split, protocol=protocol)
     if scores is not None:
@@ -111,32 +122,78 @@ def evaluate_split(f: Fitted, prepared: Any, split: str, protocol: str) -> dict[
 
 
 def calibrate(f: Fitted, prepared: Any) -> Calibration | None:
-    """Split-conformal calibration of a point model on its validation windows' residuals (scaled).
+    """Conformal calibration on the validation windows (``config.conformal``): a point model's
+    split-conformal radii, or the CQR adjustment of a head's own bounds at its scored levels; both
+    scaled by each window's spread (conformal.py says why).
 
-    None when the head gives its own intervals, or when training used the validation windows
-    (``train_on="train+val"``): residuals on training data would give too narrow intervals.
+    None with ``conformal=False``, or when training used the validation windows
+    (``train_on="train+val"``/``"all"``): residuals on training data would give too narrow intervals.
     """
     head = f.head
-    if head.has_intervals or f.config.train_on != "train":
+    if not f.config.conformal or f.config.train_on != "train":
         return None
     f.model.eval()
+    val = device_windows(prepared, "val", f.device)
+    if head.has_intervals:
+        levels = scored_levels(head, None, f.config.level)
+        if not levels:
+            return None
+
+        def bands(x: torch.Tensor) -> dict[float, tuple[torch.Tensor, torch.Tensor]]:
+            out = tr.select_output(f.model(x), f.out_index)
+            return {lv: head.interval(out, lv) for lv in levels}
+
+        errors, scales = collect_interval_errors(bands, val, f.config.test_batch_size, levels,
+                                                 out_index=f.out_index)
+        return fit_interval_conformal(errors, scales, f"{head.name}+conformal (scaled)")
 
     def point(x: torch.Tensor) -> torch.Tensor:  # (B, L, C_in) -> (B, H, C_out)
         return tr.select_output(head.point(f.model(x)), f.out_index)
 
-    val = device_windows(prepared, "val", f.device)
-    return fit_conformal(collect_residuals(point, val, f.config.test_batch_size))
+    residuals, scales = collect_residuals(point, val, f.config.test_batch_size, out_index=f.out_index,
+                                          with_scales=True)
+    return fit_conformal(residuals, scales=scales)  # scaled scores (conformal.py says why)
+
+
+def scaled_input(f: Fitted, raw: np.ndarray) -> torch.Tensor:
+    """(L, C) original units -> the model's input (1, L, C_in) in scaled units."""
+    mean, scale = scaler_arrays(f.scaler, len(f.columns))
+    x = (raw.astype(np.float64) - mean) / scale
+    return torch.as_tensor(x[:, f.in_idx], dtype=torch.float32, device=f.device).unsqueeze(0)
 
 
 @torch.no_grad()
 def head_output(f: Fitted, raw: np.ndarray) -> torch.Tensor:
     """(L, C) original units -> the head's output for this window in scaled units: (H, C_out) for a
     point head, (H, K, C_out) for a quantile / distribution head."""
-    mean, scale = scaler_arrays(f.scaler, len(f.columns))
-    x = (raw.astype(np.float64) - mean) / scale
-    xt = torch.as_tensor(x[:, f.in_idx], dtype=torch.float32, device=f.device).unsqueeze(0)
     f.model.eval()
-    return tr.select_output(f.model(xt), f.out_index)[0]
+    return tr.select_output(f.model(scaled_input(f, raw)), f.out_index)[0]
+
+
+def input_scale(f: Fitted, raw: np.ndarray) -> torch.Tensor:
+    """(L, C) original units -> (C_out,) the window's spread in scaled units (a scaled conformal
+    calibration's radii are multiples of it)."""
+    return window_scale(scaled_input(f, raw), f.out_index)[0]
+
+
+def window_bands(f: Fitted, raw: np.ndarray, out: torch.Tensor, levels: Any,
+                 channel: int) -> tuple[dict[float, tuple[np.ndarray, np.ndarray]], str]:
+    """({level: (lo, hi)} in original units for output channel ``channel``, method) of the window
+    ``raw`` (L, C) with head output ``out``, for the levels the model can give (a quantile head
+    trained without one, or too few calibration windows, skips it); ({}, "") without intervals."""
+    bands: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    method = ""
+    if not (f.head.has_intervals or f.calibration is not None):
+        return bands, method
+    scale = input_scale(f, raw)
+    for level in levels:
+        try:
+            method, got = forecast_bands(f.head, out, [level], f.calibration, scale)
+        except TsmixError:
+            continue
+        lo, hi = got[level]
+        bands[level] = (unscale(f, lo)[:, channel], unscale(f, hi)[:, channel])
+    return bands, method
 
 
 def unscale(f: Fitted, values: Any) -> np.ndarray:

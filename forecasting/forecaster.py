@@ -24,7 +24,7 @@ from tsmix.errors import TsmixError
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig, check_fields
 from tsmix.forecasting.data import Reading, history_of, prepared_for, source_of
-from tsmix.forecasting.final_fit import train_fixed_epochs, train_val_windows
+from tsmix.forecasting.final_fit import refit_windows, scaled_on_all_rows, train_fixed_epochs
 from tsmix.forecasting.fitted import (
     Fitted,
     calibrate,
@@ -32,11 +32,12 @@ from tsmix.forecasting.fitted import (
     device_windows,
     evaluate_split,
     head_output,
+    input_scale,
     unscale,
 )
 from tsmix.forecasting.panel_fit import PanelForecaster, PanelOptions, is_long_frame
 from tsmix.forecasting.panel_fit_io import is_panel_run
-from tsmix.forecasting.plotting import plot_last_window
+from tsmix.forecasting.plotting import plot_last_window, plot_panel_forecast
 from tsmix.forecasting.probabilistic import (
     PointHead,
     check_levels,
@@ -44,6 +45,18 @@ from tsmix.forecasting.probabilistic import (
     forecast_bands,
     forecast_quantiles,
     wide_frame,
+)
+from tsmix.forecasting.production import (
+    check_held_out,
+    check_production_config,
+    check_wide_options,
+    checkpoint_dirs,
+    is_production,
+    plot_future,
+    production_metrics,
+    refit_config,
+    small_val_error,
+    transfer_calibration,
 )
 from tsmix.forecasting.registry import build_model, count_params
 from tsmix.forecasting.rundir import check_out_dir, load_run, save_run
@@ -174,6 +187,11 @@ class Forecaster:
         With ``train_on="train+val"`` (config) the model trains on the training and validation
         windows for exactly ``epochs`` epochs; ``val_mse`` is then NaN (nothing is held out).
 
+        ``production=True`` or ``test_size=0`` (constructor): first the ordinary fit picks the epoch
+        count on validation, then the model kept is refit on every window up to the last row for that
+        many epochs (``train_on="all"``, scaler fit on every row); no test is scored (see
+        :mod:`tsmix.forecasting.production`).
+
         ``checkpoint_dir``: write a checkpoint (``last.safetensors``) there after every epoch; with
         ``resume`` continue from it (same config and data, else a TsmixError) and end exactly as an
         uninterrupted fit. Under ``torchrun`` each process trains its share of every batch (DDP) on
@@ -186,64 +204,68 @@ class Forecaster:
             self._fitted = None
             return self
         self._panel = None
-        given = sorted(k for k, v in dataclasses.asdict(self._panel_options).items()
-                       if v != getattr(PanelOptions, k, None))
-        if given or static_df is not None:
-            names = ", ".join(given + (["static_df"] if static_df is not None else []))
-            raise TsmixError(f"{names} apply to long-format panels (an {self._panel_options.id_col!r} "
-                             "column), not to this wide data: drop them or pass a long frame/file")
+        production = check_wide_options(self._panel_options, static_df)
         from tsmix.datasets import prepare
 
         cfg = self._config.resolved()
         check_mixer(cfg)  # a bad mixer name/option fails before the data is read
+        if production:
+            check_production_config(cfg)
         device = rank_device(check_device(cfg.device))  # torchrun on CUDA: this rank's GPU
         if out is not None:
             check_out_dir(out)
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
-        prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
-                           date_col=date_col, target=cfg.target, fill=cfg.fill, date_format=cfg.date_format,
-                           date_unit=cfg.date_unit)
-        if evaluate_test and cfg.eval_protocol == "paper" and len(prepared.test) < cfg.test_batch_size:
+        try:
+            prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
+                               date_col=date_col, target=cfg.target, fill=cfg.fill,
+                               date_format=cfg.date_format, date_unit=cfg.date_unit)
+        except TsmixError as exc:
+            if production:
+                raise small_val_error(exc) from None
+            raise
+        score_test = evaluate_test and not production and cfg.train_on != "all"
+        if score_test and cfg.eval_protocol == "paper" and len(prepared.test) < cfg.test_batch_size:
             raise TsmixError(
                 f"eval_protocol='paper' keeps only full test batches of {cfg.test_batch_size}, but the "
                 f"test split has {len(prepared.test)} windows; use eval_protocol='fair' or a smaller "
                 "test_batch_size"
             )
-        seed_everything(cfg.seed)
-        series = prepared.series
-        fitted = Fitted(
-            model=build_model(cfg, int(prepared.train.x_channels)).to(device),
-            config=cfg, device=device, columns=tuple(series.columns), target=series.target,
-            target_idx=int(series.columns.index(series.target)), freq=series.freq,
-            date_col=getattr(series, "date_col", None) or date_col or "date", scaler=prepared.scaler,
-            context_values=np.ascontiguousarray(series.values[-cfg.lookback:], dtype=np.float32),
-            context_ts=np.asarray(series.timestamps[-cfg.lookback:], dtype="datetime64[ns]"),
-            source=source_of(data),
-            data_dir=None if data_dir is None else str(Path(data_dir).expanduser().resolve()),
-            history=[], best_epoch=0, metrics={}, prepared=prepared, tz=series.tz,
-        )
-        result, n_windows = _train(fitted, prepared, callbacks, checkpoint_dir, resume)
-        fitted.history, fitted.best_epoch = result.history, result.best_epoch
-        fitted.calibration = calibrate(fitted, prepared)
+        if cfg.train_on == "all":
+            prepared = scaled_on_all_rows(prepared)
+        ck_select, ck_refit = checkpoint_dirs(checkpoint_dir) if production else (checkpoint_dir, None)
+        fitted, result, n_windows = _fit_once(cfg, prepared, data, data_dir, date_col, device,
+                                              callbacks, ck_select, resume)
+        chosen, val_mse = result, _val_mse(fitted, prepared, result.best_val)
+        if production:  # the shipped model has seen the latest rows: refit on all, best_epoch epochs
+            calibration, old_scaler, selection_windows = fitted.calibration, prepared.scaler, n_windows
+            prepared = scaled_on_all_rows(prepared)
+            fitted, result, n_windows = _fit_once(refit_config(cfg, chosen.best_epoch), prepared, data,
+                                                  data_dir, date_col, device, callbacks, ck_refit, resume)
+            fitted.calibration = transfer_calibration(calibration, old_scaler, prepared.scaler,
+                                                      fitted.out_idx)
         n_epochs = len(result.history)
-        test = evaluate_split(fitted, prepared, "test", cfg.eval_protocol) if evaluate_test else {}
+        test = evaluate_split(fitted, prepared, "test", cfg.eval_protocol) if score_test else {}
         metrics = {
             "mse": test.get("mse"), "mae": test.get("mae"),
-            # validation rows trained on (train+val): no held-out score
-            "val_mse": _val_mse(fitted, prepared, result.best_val),
+            # validation rows trained on (train+val, all): no held-out score
+            "val_mse": val_mse, "production": False,
             "epochs": n_epochs, "best_epoch": result.best_epoch, "train_seconds": result.train_seconds,
             "seconds_per_epoch": result.train_seconds / max(n_epochs, 1), "fit_seconds": result.seconds,
             "params": count_params(fitted.model), "protocol": cfg.eval_protocol,
             "test_windows": test.get("windows"), "device": str(device),
-            "per_channel": test.get("per_channel"), "train_on": cfg.train_on, "train_windows": n_windows,
+            "per_channel": test.get("per_channel"), "train_on": fitted.config.train_on,
+            "train_windows": n_windows,
         }
+        if production:
+            metrics.update(production_metrics(chosen, val_mse, selection_windows))
         if not isinstance(fitted.head, PointHead):  # early stopping watched the head's own loss
-            metrics.update(loss=cfg.loss, val_loss=result.best_val)
+            metrics.update(loss=cfg.loss, val_loss=chosen.best_val)
         if "probabilistic" in test:
             metrics["probabilistic"] = test["probabilistic"]
         test_keys = ("mse", "mae", "test_windows", "per_channel", "probabilistic")
-        fitted.metrics = {k: v for k, v in metrics.items() if evaluate_test or k not in test_keys}
+        keep_all = score_test or fitted.config.train_on == "all"  # nothing held out: say mse None
+        fitted.metrics = {k: v for k, v in metrics.items() if keep_all or k not in test_keys}
         self._fitted = fitted
         return self
 
@@ -266,6 +288,7 @@ class Forecaster:
             raise TsmixError(f"protocol must be 'fair' or 'paper', got {protocol!r}")
         if split not in ("train", "val", "test"):
             raise TsmixError(f"split must be train, val or test, got {split!r}")
+        check_held_out(f, split, data)
         reading = Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit)
         return evaluate_split(f, prepared_for(f, data, data_dir, reading), split, protocol)
 
@@ -286,10 +309,8 @@ class Forecaster:
         read ``df`` (default: as at fit time).
         """
         if self._panel is not None:
-            if level is not None or quantiles is not None:
-                raise TsmixError("intervals and quantiles are not available for panel (long-format) "
-                                 "fits yet; drop level=/quantiles=")
-            return self._panel.predict(df, futr_df=futr_df, static_df=static_df, h=h)
+            return self._panel.predict(df, futr_df=futr_df, static_df=static_df, h=h, level=level,
+                                       quantiles=quantiles)
         f = self._require_fitted()
         from tsmix.datasets import future_index
 
@@ -297,13 +318,15 @@ class Forecaster:
         levels = None if level is None else check_levels(level)
         qs = None if quantiles is None else check_quantiles(quantiles)
         hist = history_of(f, df, Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit))
-        out = head_output(f, np.asarray(hist.values, dtype=np.float32))  # scaled head output, one window
+        window = np.asarray(hist.values, dtype=np.float32)
+        out = head_output(f, window)  # scaled head output, one window
         head, method, bands, qvals = f.head, None, {}, {}
+        scale = input_scale(f, window) if f.calibration is not None else None  # scaled conformal radii
         if levels is not None:
-            method, raw = forecast_bands(head, out, levels, f.calibration)
+            method, raw = forecast_bands(head, out, levels, f.calibration, scale)
             bands = {lv: (unscale(f, lo)[:steps], unscale(f, hi)[:steps]) for lv, (lo, hi) in raw.items()}
         if qs is not None:
-            raw_q = forecast_quantiles(head, out, qs, f.calibration)
+            raw_q = forecast_quantiles(head, out, qs, f.calibration, scale)
             qvals = {q: unscale(f, v)[:steps] for q, v in raw_q.items()}
         future = future_index(hist.timestamps[-1], f.freq, f.config.horizon, hist.tz)[:steps]
         frame = wide_frame(unscale(f, head.point(out))[:steps], future, f.out_columns, bands, qvals,
@@ -312,14 +335,20 @@ class Forecaster:
 
     # ----------------------------------------------------------------- plots, diagnostics
     def plot_forecast(self, path: str | Path, split: str = "test", channel: str | None = None) -> Path:
-        """PNG of the last window of ``split``: history, truth and forecast of one channel."""
+        """PNG of the last window of ``split``: history, truth and forecast of one channel; for a
+        production model (nothing held out) ``split="test"`` draws the forecast after the last row.
+        A panel fit draws series ``channel`` (default: the first) and its forecast after its last row."""
+        if self._panel is not None:
+            return plot_panel_forecast(self._panel, path, channel)
         f = self._require_fitted()
+        if is_production(f) and split == "test":
+            return plot_future(f, path, channel)
         return plot_last_window(f, prepared_for(f, None, None), path, split, channel)
 
     def mixer_diagnostics(self) -> dict[str, float]:
         """Merged ``diagnostics()`` of every module exposing one, keys prefixed by module path."""
         out: dict[str, float] = {}
-        model = self._require_fitted().model
+        model = self._panel.model_ if self._panel is not None else self._require_fitted().model
         for name, mod in getattr(model, "base", model).named_modules():  # paths inside the network
             if name and callable(getattr(mod, "diagnostics", None)):
                 for k, v in mod.diagnostics().items():
@@ -372,13 +401,36 @@ class Forecaster:
         return cross_validation(est, df, **kwargs)
 
 
+def _fit_once(cfg: ForecasterConfig, prepared: Any, data: Any, data_dir: str | Path | None,
+              date_col: str | None, device: torch.device, callbacks: Sequence[EpochCallback],
+              checkpoint_dir: str | Path | None, resume: bool) -> tuple[Fitted, Any, int]:
+    """Seed, build and train one network on ``prepared`` as ``cfg`` says; (fitted, result, windows)."""
+    seed_everything(cfg.seed)
+    series = prepared.series
+    fitted = Fitted(
+        model=build_model(cfg, int(prepared.train.x_channels)).to(device),
+        config=cfg, device=device, columns=tuple(series.columns), target=series.target,
+        target_idx=int(series.columns.index(series.target)), freq=series.freq,
+        date_col=getattr(series, "date_col", None) or date_col or "date", scaler=prepared.scaler,
+        context_values=np.ascontiguousarray(series.values[-cfg.lookback:], dtype=np.float32),
+        context_ts=np.asarray(series.timestamps[-cfg.lookback:], dtype="datetime64[ns]"),
+        source=source_of(data),
+        data_dir=None if data_dir is None else str(Path(data_dir).expanduser().resolve()),
+        history=[], best_epoch=0, metrics={}, prepared=prepared, tz=series.tz,
+    )
+    result, n_windows = _train(fitted, prepared, callbacks, checkpoint_dir, resume)
+    fitted.history, fitted.best_epoch = result.history, result.best_epoch
+    fitted.calibration = calibrate(fitted, prepared)
+    return fitted, result, n_windows
+
+
 def _train(fitted: Fitted, prepared: Any, callbacks: Sequence[EpochCallback],
            checkpoint_dir: str | Path | None, resume: bool) -> tuple[Any, int]:
     """Train ``fitted.model`` as its config says; (the trainer's result, training windows)."""
     cfg, device = fitted.config, fitted.device
     ck = dict(out_index=fitted.out_index, callbacks=callbacks, checkpoint_dir=checkpoint_dir, resume=resume)
-    if cfg.train_on == "train+val":
-        windows = train_val_windows(prepared)
+    if cfg.train_on in ("train+val", "all"):
+        windows = refit_windows(prepared, cfg.train_on)
         on_device = windows if device.type == "cpu" else windows.to(device)
         return train_fixed_epochs(fitted.model, on_device, cfg, device, **ck), len(windows)
     train_ws, val_ws = device_windows(prepared, "train", device), device_windows(prepared, "val", device)

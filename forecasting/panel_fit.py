@@ -5,6 +5,10 @@ horizon, epochs...) and the data roles of :class:`PanelOptions` (id/time/target 
 split sizes, production). Data goes through ``tsmix.datasets`` (``Panel.from_long`` ->
 ``prepare_panel``), the network is the registered model wrapped by :mod:`covariate_models`, training
 runs on the engine (:mod:`panel_fit_train`). A failed ``fit`` leaves the estimator as it was.
+
+``loss`` (config) picks the output head (``mse``, ``mae``, ``quantile``, ``normal``, ``studentt``); a
+point model is calibrated by per-series split conformal on its validation windows
+(:mod:`panel_probabilistic`), so ``predict(level=[80, 95], quantiles=[...])`` works for every loss.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ from tsmix.errors import TsmixError
 from tsmix.forecasting.config import ForecasterConfig, check_fields
 from tsmix.forecasting.covariate_models import CovariateLayout, build_covariate_model
 from tsmix.forecasting.fitted import check_device
-from tsmix.forecasting.panel_fit_train import panel_errors, train_panel, window_forecasts
+from tsmix.forecasting.panel_fit_train import model_head, panel_errors, train_panel, window_outputs
+from tsmix.forecasting.panel_probabilistic import (
+    PanelCalibration,
+    PanelScores,
+    calibrate_panel,
+    check_interval_source,
+    probabilistic_columns,
+)
+from tsmix.forecasting.probabilistic import PointHead
 from tsmix.forecasting.registry import count_params
 from tsmix.forecasting.rundir_files import check_out_dir
 
@@ -110,6 +122,7 @@ class PanelFitted:
     metrics: dict = field(default_factory=dict)
     prepared: PreparedPanel | None = None  # while the data is at hand (not after load)
     has_test: bool = True  # False: test_size=0 / production, nothing was held out
+    calibration: PanelCalibration | None = None  # a point model's conformal scores; None: head intervals
 
 
 class PanelForecaster:
@@ -224,63 +237,91 @@ class PanelForecaster:
         result = train_panel(model, _on(prep.train, device), _on(prep.val, device) if validate else None, cfg,
                              device, callbacks)
         selection = result
+        calibration = _calibrate(model, prep, cfg.test_batch_size, device) if validate else None
+        val_mse = selection.best_val if validate else float("nan")
+        if validate and not isinstance(model_head(model), PointHead):  # early stopping watched the head loss
+            val_ws = _on(prep.val, device)
+            val_mse = panel_errors(model, val_ws, cfg.test_batch_size, prep.panel.n_series).metrics(
+                prep.panel.ids)["mse"]
         if o.production:  # the shipped model has seen the latest rows: refit on all, best_epoch epochs
+            sel_schema = prep.schema
             prep = self.prepare(prep.panel, all_rows=True)
             seed_everything(cfg.seed)
             model = build_covariate_model(cfg, layout).to(device)
             refit = dataclasses.replace(cfg, epochs=max(selection.best_epoch, 1))
             result = train_panel(model, _on(prep.train, device), None, refit, device, callbacks)
+            if calibration is not None:  # the selection model's honest residuals, in the refit's scaled units
+                calibration = calibration.rescaled(prep.schema.ids, sel_schema.y_scale, prep.schema.y_scale)
         fitted = PanelFitted(model=model, config=cfg, options=o, layout=layout, schema=prep.schema,
                              history_panel=_tail(prep.panel, cfg.lookback), device=device,
                              history=result.history, best_epoch=result.best_epoch, prepared=prep,
-                             has_test=has_test)
+                             has_test=has_test, calibration=calibration)
         n_epochs = len(result.history)
         test = _score(fitted, prep, "test") if has_test else {}
         fitted.metrics = {
             "mse": test.get("mse"), "mae": test.get("mae"), "test_windows": test.get("windows"),
-            "per_series": test.get("per_series"),
-            "val_mse": selection.best_val if validate else float("nan"),
+            "per_series": test.get("per_series"), "val_mse": val_mse,
             "epochs": n_epochs, "best_epoch": selection.best_epoch, "production": o.production,
             "train_seconds": result.train_seconds,
             "seconds_per_epoch": result.train_seconds / max(n_epochs, 1),
             "params": count_params(model), "series": prep.panel.n_series, "rows": prep.panel.n_rows,
             "train_windows": len(prep.train), "device": str(device),
         }
+        if not isinstance(model_head(model), PointHead):
+            fitted.metrics.update(loss=cfg.loss, val_loss=selection.best_val if validate else float("nan"))
+        if "probabilistic" in test:
+            fitted.metrics["probabilistic"] = test["probabilistic"]
+        if calibration is not None:
+            fitted.metrics["calibration"] = calibration.summary()
         self._fitted = fitted
         return self
 
     # ----------------------------------------------------------------- evaluate
     def evaluate(self, split: str = "test", df: Any = None, static_df: Frame | None = None, *,
-                 panel_split: PanelSplit | None = None) -> dict[str, Any]:
+                 panel_split: PanelSplit | None = None, level: Sequence[float] | None = None
+                 ) -> dict[str, Any]:
         """MSE/MAE on the per-series scaled data over every window of ``split``, overall and per series.
 
         ``df``: other data (re-split and re-scaled as in fit, or by ``panel_split``); default the fitted
-        data (not kept after load).
+        data (not kept after load). A model with intervals (its head's, or a point model's conformal
+        calibration) also gets ``probabilistic``: CRPS, mean pinball, coverage and mean width per level
+        (``level``, default the config's or 80, 95; a quantile model: its trained pairs), scaled units.
         """
         f = self._require_fitted()
         prep = self._prepared(df, static_df, panel_split)
         if split == "test" and df is None and not f.has_test:
             raise TsmixError("this model was fitted with test_size=0 / production: no test windows were held "
                              "out; pass data to evaluate (df=...) or use split='val'")
-        return _score(f, prep, split)
+        return _score(f, prep, split, level)
 
     def forecast_windows(self, split: str = "test", df: Any = None, static_df: Frame | None = None, *,
-                         panel_split: PanelSplit | None = None) -> pd.DataFrame:
-        """Every window of ``split`` as long ``id, ds, cutoff, y, y_hat`` rows, in original units."""
+                         panel_split: PanelSplit | None = None, level: Sequence[float] | None = None,
+                         quantiles: Sequence[float] | None = None) -> pd.DataFrame:
+        """Every window of ``split`` as long ``id, ds, cutoff, y, y_hat`` rows, in original units;
+        ``level`` / ``quantiles`` add ``y_hat-lo-80``, ... / ``y_hat-q0.1``, ... as :meth:`predict`."""
         f = self._require_fitted()
+        head = model_head(f.model)
+        check_interval_source(head, f.calibration, level, quantiles)
         prep = self._prepared(df, static_df, panel_split)
         ws = _on(prep.split(split), f.device)
-        series, start, y_hat, _ = window_forecasts(f.model, ws, f.config.test_batch_size)
+        series, start, out, _ = window_outputs(f.model, ws, f.config.test_batch_size)
         H, L, p = ws.horizon, ws.lookback, prep.panel
-        mean, scale = prep.schema.y_mean[series][:, None], prep.schema.y_scale[series][:, None]
+        mean, scale = prep.schema.y_mean[series], prep.schema.y_scale[series]
         rows = start[:, None] + L + np.arange(H)  # (n, H) global rows of the forecast steps
+        ids = np.asarray(p.ids, dtype=object)[series]
         o = self.options
+        if level is None and quantiles is None:
+            values = {"y_hat": (head.point(out)[..., 0].numpy().astype(np.float64) * scale[:, None]
+                                + mean[:, None]).ravel()}
+        else:  # every window as one "series" of the probabilistic frame (window-major rows, as below)
+            frame, _ = probabilistic_columns(head, out, ids, f.calibration, mean, scale, level, quantiles)
+            values = {c: frame[c].to_numpy() for c in frame.columns if c not in ("unique_id", "ds")}
         return pd.DataFrame({
-            o.id_col: np.repeat(np.asarray(p.ids, dtype=object)[series], H),
+            o.id_col: np.repeat(ids, H),
             o.time_col: localize(p.timestamps[rows.ravel()], p.tz),
             "cutoff": localize(np.repeat(p.timestamps[start + L - 1], H), p.tz),
             "y": p.target[rows.ravel()].astype(np.float64),  # the raw values (not unscaled: exact)
-            "y_hat": (y_hat.astype(np.float64) * scale + mean).ravel()})
+            **values})
 
     def _prepared(self, df: Any, static_df: Frame | None, panel_split: PanelSplit | None) -> PreparedPanel:
         f = self._require_fitted()
@@ -294,12 +335,16 @@ class PanelForecaster:
     # ----------------------------------------------------------------- predict
     @torch.no_grad()
     def predict(self, df: Any = None, *, futr_df: Frame | None = None, static_df: Frame | None = None,
-                h: int | None = None) -> Frame:
+                h: int | None = None, level: Sequence[float] | None = None,
+                quantiles: Sequence[float] | None = None) -> Frame:
         """The next ``h`` (default: horizon) steps after each series' last row, in original units.
 
         ``df``: long history (default: the fitted data's last lookback rows); ``futr_df``: the future
         covariates over the model's whole horizon (the network reads all of it, even for ``h`` < horizon);
-        ``static_df``: static attributes when ``df`` is given. Returns long ``id, ds, y_hat`` rows.
+        ``static_df``: static attributes when ``df`` is given. Returns long ``id, ds, y_hat`` rows;
+        ``level=[80, 95]`` adds ``y_hat-lo-80``, ``y_hat-hi-80``, ... (the head's intervals, or a point
+        model's per-series split-conformal ones, ``frame.attrs["interval_method"]``), ``quantiles=[0.1]``
+        adds ``y_hat-q0.1``, ... (neuralforecast's names).
         """
         f = self._require_fitted()
         H = f.config.horizon
@@ -308,14 +353,23 @@ class PanelForecaster:
         if isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= H:
             raise TsmixError(f"h must be an int in 1..{H} (the horizon the model was trained for), got "
                              f"{h!r}; fit a model with horizon >= {h} for longer forecasts")
+        head = model_head(f.model)
+        check_interval_source(head, f.calibration, level, quantiles)  # before any data is read
         history = f.history_panel if df is None else df  # the kept history carries its static attributes
         inp = build_predict_input(f.schema, history, futr_df, static_df)
         f.model.eval()
         bs, dev = f.config.test_batch_size, f.device
         parts = [f.model(*(t[i : i + bs].to(dev) for t in (inp.x, inp.hist, inp.futr, inp.static,
-                                                               inp.static_cat)))
+                                                               inp.static_cat))).float().cpu()
                  for i in range(0, len(inp.ids), bs)]
-        frame = inp.to_frame(torch.cat(parts).float())
+        out = torch.cat(parts)  # (S, H[, K], 1) head output, scaled
+        if level is None and quantiles is None:
+            frame = inp.to_frame(head.point(out))
+        else:
+            frame, _ = probabilistic_columns(head, out, inp.ids, f.calibration, inp.y_mean, inp.y_scale,
+                                             level, quantiles)
+            frame = frame.rename(columns={"unique_id": inp.id_col, "ds": inp.time_col})
+            frame[inp.time_col] = localize(inp.future.ravel(), inp.tz)  # (S, H) series-major like the rows
         if h < H:
             frame = frame[frame.groupby(inp.id_col, sort=False).cumcount() < h].reset_index(drop=True)
         return pl.from_pandas(frame) if isinstance(df, pl.DataFrame) else frame
@@ -341,11 +395,27 @@ def _on(windows: Any, device: torch.device) -> Any:
     return windows if device.type == "cpu" else windows.to(device)
 
 
-def _score(f: PanelFitted, prep: PreparedPanel, split: str) -> dict[str, Any]:
+def _score(f: PanelFitted, prep: PreparedPanel, split: str, level: Sequence[float] | None = None
+           ) -> dict[str, Any]:
+    """MSE/MAE of ``split``, overall and per series; ``probabilistic`` scores when the model has intervals
+    (at ``level``, default the config's)."""
     ws = _on(prep.split(split), f.device)
-    out = panel_errors(f.model, ws, f.config.test_batch_size, prep.panel.n_series).metrics(prep.panel.ids)
+    scores = PanelScores(model_head(f.model), f.calibration, prep.panel.ids,
+                         f.config.level if level is None else level)
+    errs = panel_errors(f.model, ws, f.config.test_batch_size, prep.panel.n_series, on_batch=scores.update)
+    out = errs.metrics(prep.panel.ids)
     out["split"] = split
+    prob = scores.metrics()
+    if prob:
+        out["probabilistic"] = prob
     return out
+
+
+def _calibrate(model: Any, prep: PreparedPanel, batch_size: int, device: torch.device
+               ) -> PanelCalibration | None:
+    """Per-series conformal scores of a point model on the validation windows (None: head intervals)."""
+    series, _, out, truth = window_outputs(model, _on(prep.val, device), batch_size)
+    return calibrate_panel(model_head(model), prep.schema.ids, series, out, truth)
 
 
 def _tail(panel: Panel, lookback: int) -> Panel:

@@ -3,7 +3,9 @@
 Written like the wide runs, through :func:`rundir_files.atomic_dir` (a temporary sibling folder
 stamped with its writer, renamed into place once complete; orphans of killed saves cleared).
 ``history.parquet`` holds each series' last lookback rows (and ``static.parquet`` its attributes),
-so a loaded model forecasts without its training data.
+so a loaded model forecasts without its training data. A point model's conformal calibration (its
+validation residual scores, :class:`PanelCalibration`) is ``conformal.safetensors``, named under
+``"conformal"`` in config.json (absent: no calibration, as in runs written before it existed).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from tsmix.forecasting.config import ForecasterConfig
 from tsmix.forecasting.covariate_models import CovariateLayout, build_covariate_model
 from tsmix.forecasting.fitted import check_device
 from tsmix.forecasting.panel_fit import PanelFitted, PanelOptions
+from tsmix.forecasting.panel_probabilistic import PanelCalibration
 from tsmix.forecasting.rundir_files import WEIGHTS, atomic_dir, load_state, read_json, read_run_meta
 
 FORMAT = "tsmix.panel_forecaster"
 FORMAT_VERSION = 1
-HISTORY, STATIC = "history.parquet", "static.parquet"
+HISTORY, STATIC, CONFORMAL = "history.parquet", "static.parquet", "conformal.safetensors"
 
 
 def _static_frame(panel: Panel, id_col: str) -> pd.DataFrame | None:
@@ -70,11 +73,15 @@ def save_panel_run(f: PanelFitted, path: str | Path) -> Path:
         static = _static_frame(hp, f.options.id_col)
         if static is not None:
             pl.from_pandas(static).write_parquet(tmp / STATIC)
+        conformal = None
+        if f.calibration is not None:
+            save_file(f.calibration.to_tensors(), str(tmp / CONFORMAL))
+            conformal = {**f.calibration.summary(), "file": CONFORMAL}
         _json(tmp / "config.json", {
             "format": FORMAT, "format_version": FORMAT_VERSION, "tsmix_version": __version__,
             "torch_version": torch.__version__, "config": f.config.to_dict(),
             "panel": dataclasses.asdict(f.options), "schema": f.schema.to_dict(),
-            "layout": f.layout.to_dict(),
+            "layout": f.layout.to_dict(), "conformal": conformal,
             "has_test": f.has_test, "training": {"history": f.history, "best_epoch": f.best_epoch}})
         _json(tmp / "metrics.json", f.metrics)
     return Path(path).expanduser().resolve()
@@ -115,7 +122,23 @@ def load_panel_run(path: str | Path) -> PanelFitted:
     return PanelFitted(model=model, config=cfg, options=options, layout=layout, schema=schema,
                        history_panel=history, device=device, history=list(training.get("history", [])),
                        best_epoch=int(training.get("best_epoch", 0)), metrics=_metrics(path),
-                       has_test=bool(meta.get("has_test", True)))
+                       has_test=bool(meta.get("has_test", True)),
+                       calibration=_calibration(path, meta.get("conformal"), schema.ids))
+
+
+def _calibration(path: Path, entry: Any, ids: tuple[str, ...]) -> PanelCalibration | None:
+    """The run's conformal calibration, or None when it has none."""
+    if not entry:
+        return None
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = path / CONFORMAL
+    try:
+        return PanelCalibration.from_tensors(ids, load_file(str(file)))
+    except (OSError, SafetensorError) as exc:
+        raise TsmixError(f"{file} is missing or damaged ({str(exc).splitlines()[0]}); fit and save the "
+                         "model again") from None
 
 
 def _metrics(path: Path) -> dict:

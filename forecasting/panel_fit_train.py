@@ -3,25 +3,29 @@
 Channel-independent, as neuralforecast: every window is one series' (L, 1) lookback (+ its
 covariates), so series of any number and length share one model. The optimizer, schedules and
 engine knobs are the forecasting trainer's (``make_optimizer``, ``make_schedule``, ``engine_config``).
+The loss is the model's output head's (``model.head``: literally ``F.mse_loss`` for ``loss="mse"``);
+early stopping watches the validation MSE of point heads and the mean head loss of the others, as the
+wide trainer does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tsmix.engine import Callback, FitResult, Task, WindowBatches, fit
 from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.config import ForecasterConfig
+from tsmix.forecasting.probabilistic import Head, PointHead
 
 Inputs = tuple[torch.Tensor, ...]  # x (B, L, 1), hist (B, L, Ch), futr (B, L+H, Cf), static, static_cat
+BatchHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]  # (head output, y (B, H, 1), series)
 
 
 class PanelTuples:
@@ -49,7 +53,12 @@ def _batches(windows: Any, batch_size: int, rank: int = 0, world: int = 1
 
 
 def _forward(model: nn.Module, b: Any) -> torch.Tensor:
-    return model(b.x, b.hist, b.futr, b.static, b.static_cat)  # (B, H, 1)
+    return model(b.x, b.hist, b.futr, b.static, b.static_cat)  # head output: (B, H, 1) or (B, H, K, 1)
+
+
+def model_head(model: nn.Module) -> Head:
+    """The output head of a covariate model (or of a bare network: an ``mse`` point head)."""
+    return tr.output_head(getattr(model, "base", model))
 
 
 @dataclass
@@ -73,43 +82,74 @@ class PanelErrors:
 
 @torch.no_grad()
 def panel_errors(model: nn.Module, windows: Any, batch_size: int, n_series: int, rank: int = 0,
-                 world: int = 1) -> PanelErrors:
-    """Errors of ``model`` over every window (this rank's share under DDP), summed per series."""
+                 world: int = 1, on_batch: BatchHook | None = None, head: Head | None = None) -> PanelErrors:
+    """Errors of ``model``'s point forecast over every window (this rank's share under DDP), summed
+    per series. ``on_batch`` also sees every batch's head output, targets and series (further scores).
+    ``head``: the model's output head (default: read off the model; pass it for a wrapped model)."""
+    head = head if head is not None else model_head(model)
     was = model.training
     model.eval()
     dev = windows.cum.device
     se = torch.zeros(n_series, dtype=torch.float64, device=dev)
     ae, cnt = torch.zeros_like(se), torch.zeros(n_series, dtype=torch.int64, device=dev)
     for _, b in _batches(windows, batch_size, rank, world):
-        err = (_forward(model, b).float() - b.y)[..., 0].double()  # (B, H)
+        out = _forward(model, b).float()
+        err = (head.point(out) - b.y)[..., 0].double()  # (B, H)
         se.index_add_(0, b.series, err.square().sum(1))
         ae.index_add_(0, b.series, err.abs().sum(1))
         cnt.index_add_(0, b.series, torch.ones_like(b.series))
+        if on_batch is not None:
+            on_batch(out, b.y, b.series)
     model.train(was)
     return PanelErrors(se.cpu().numpy(), ae.cpu().numpy(), cnt.cpu().numpy(), windows.horizon)
 
 
 @torch.no_grad()
-def window_forecasts(model: nn.Module, windows: Any, batch_size: int) -> tuple[np.ndarray, ...]:
-    """Every window's (series (n,), start row (n,), scaled forecast (n, H), scaled truth (n, H))."""
+def head_loss_sum(model: nn.Module, windows: Any, batch_size: int, head: Head, rank: int = 0,
+                  world: int = 1) -> tuple[torch.Tensor, int]:
+    """(sum over batches of the head's mean loss x batch size, windows): the mean head loss over a
+    split, summable over DDP ranks (validation of quantile / distribution heads)."""
+    was = model.training
+    model.eval()
+    total, count = torch.zeros((), dtype=torch.float64, device=windows.cum.device), 0
+    for idx, b in _batches(windows, batch_size, rank, world):
+        total += head.loss(_forward(model, b).float(), b.y).double() * len(idx)
+        count += len(idx)
+    model.train(was)
+    return total, count
+
+
+@torch.no_grad()
+def window_outputs(model: nn.Module, windows: Any, batch_size: int
+                   ) -> tuple[np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
+    """Every window's (series (n,), start row (n,), scaled head output (n, H[, K], 1) on the CPU,
+    scaled truth (n, H))."""
     was = model.training
     model.eval()
     out, truth = [], []
     for _, b in _batches(windows, batch_size):
-        out.append(_forward(model, b)[..., 0].float().cpu())
+        out.append(_forward(model, b).float().cpu())
         truth.append(b.y[..., 0].cpu())
     model.train(was)
     series, start = windows.index()
-    return series, start, torch.cat(out).numpy(), torch.cat(truth).numpy()
+    return series, start, torch.cat(out), torch.cat(truth).numpy()
+
+
+def window_forecasts(model: nn.Module, windows: Any, batch_size: int) -> tuple[np.ndarray, ...]:
+    """Every window's (series (n,), start row (n,), scaled point forecast (n, H), scaled truth (n, H))."""
+    series, start, out, truth = window_outputs(model, windows, batch_size)
+    return series, start, model_head(model).point(out)[..., 0].numpy(), truth
 
 
 def train_panel(model: nn.Module, train: Any, val: Any | None, cfg: ForecasterConfig, device: torch.device,
                 callbacks: Sequence[Callback] = ()) -> FitResult:
     """Fit ``model`` in place on ``train`` windows (``cfg`` resolved).
 
-    With ``val``: early stopping on the validation MSE, best weights restored (``trainer.train``'s
-    rules). Without: exactly ``cfg.epochs`` epochs, the last epoch's weights (the production refit).
+    With ``val``: early stopping on the validation MSE (point heads) or mean head loss (quantile /
+    distribution heads), best weights restored (``trainer.train``'s rules). Without: exactly
+    ``cfg.epochs`` epochs, the last epoch's weights (the production refit).
     """
+    head = model_head(model)  # read before the engine wraps the model
     bs = cfg.batch_size
     data = WindowBatches(PanelTuples(train), bs, shuffle=True, drop_last=cfg.drop_last and len(train) >= bs)
     opt = tr.make_optimizer(model, cfg)
@@ -117,10 +157,12 @@ def train_panel(model: nn.Module, train: Any, val: Any | None, cfg: ForecasterCo
 
     def loss(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         y, *inputs = batch  # (B, H, 1), then the model's inputs
-        return F.mse_loss(m(*inputs), y)
+        return head.loss(m(*inputs), y)
 
     def validate(m: nn.Module, rank: int, world: int) -> tuple[torch.Tensor, int]:
-        err = panel_errors(m, val, cfg.test_batch_size, int(val.series.max()) + 1, rank, world)
+        if not isinstance(head, PointHead):
+            return head_loss_sum(m, val, cfg.test_batch_size, head, rank, world)
+        err = panel_errors(m, val, cfg.test_batch_size, int(val.series.max()) + 1, rank, world, head=head)
         return torch.tensor(err.se.sum(), dtype=torch.float64), int(err.windows.sum()) * err.horizon
 
     engine = tr.engine_config(cfg)

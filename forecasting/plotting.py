@@ -6,6 +6,7 @@ tick locators cost more than the whole drawing, and a run writes this plot on ev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from tsmix.errors import TsmixError
+
+PLOT_LEVELS = (80.0, 95.0)  # bands drawn for a model with intervals but no levels of its own
 
 
 def plot_window(
@@ -24,8 +27,14 @@ def plot_window(
     forecast: np.ndarray,
     title: str,
     ylabel: str = "",
+    bands: Mapping[float, tuple[np.ndarray, np.ndarray]] | None = None,
+    band_label: str = "",
 ) -> Path:
-    """One channel: lookback history, the true continuation (if known) and the forecast."""
+    """One channel: lookback history, the true continuation (if known) and the forecast.
+
+    ``bands``: ``{level: (lo, hi)}`` central intervals (H,) drawn as shaded bands, the widest
+    palest; ``band_label`` names their source (e.g. ``split-conformal``) in the legend.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -37,6 +46,10 @@ def plot_window(
     ax.plot(past, history, color="0.35", lw=1.0, label="history")
     if truth is not None:
         ax.plot(ahead, truth, color="tab:blue", lw=1.2, label="truth")
+    for i, level in enumerate(sorted(bands or {}, reverse=True)):  # widest first, under the narrower
+        lo, hi = bands[level]
+        ax.fill_between(ahead, lo, hi, color="tab:orange", alpha=0.15 + 0.15 * i, lw=0,
+                        label=f"{level:g}% {band_label}".rstrip())
     ax.plot(ahead, forecast, color="tab:orange", lw=1.4, label="forecast")
     ax.axvline(-0.5, color="0.6", lw=0.8, ls="--")
     ax.set_title(title, fontsize=9)
@@ -55,8 +68,10 @@ def run_label(cfg: Any) -> str:
 
 def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test",
                      channel: str | None = None) -> Path:
-    """PNG of the last window of ``split`` for a fitted forecaster ``f`` (a ``Fitted``)."""
-    from tsmix.forecasting.fitted import forecast_window
+    """PNG of the last window of ``split`` for a fitted forecaster ``f`` (a ``Fitted``), with the
+    intervals of the model's levels (``config.level``, else 80 and 95) when it has any: its
+    head's own or the split-conformal ones of a point model."""
+    from tsmix.forecasting.fitted import head_output, unscale, window_bands
 
     channel = channel or (f.target if f.target in f.out_columns else f.out_columns[0])
     if channel not in f.out_columns:
@@ -65,11 +80,41 @@ def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test
     L, H = f.config.lookback, f.config.horizon
     raw, ts = prepared.series.values, prepared.series.index  # zoned stamps when the data has a zone
     s = b - L - H  # the last window of the split
-    pred = forecast_window(f, raw[s : s + L])[:, f.out_columns.index(channel)]
+    j = f.out_columns.index(channel)
+    out = head_output(f, raw[s : s + L])
+    pred = unscale(f, f.head.point(out))[:, j]
+    bands, method = window_bands(f, raw[s : s + L], out, f.config.level or PLOT_LEVELS, j)
     c = f.columns.index(channel)
     return plot_window(
         path, ts[s : s + L], raw[s : s + L, c], ts[s + L : s + L + H], raw[s + L : s + L + H, c], pred,
         title=f"{prepared.series.name} {split}: {run_label(f.config)} "
               f"L={L} H={H}, channel {channel}",
-        ylabel=channel,
+        ylabel=channel, bands=bands, band_label=method,
+    )
+
+
+def plot_panel_forecast(pf: Any, path: str | Path, series: str | None = None) -> Path:
+    """PNG of one series of a fitted ``PanelForecaster`` (default: the first): its kept history and
+    the forecast after its last row, with 80/95% bands when the model has intervals. A model with
+    future covariates needs them to forecast, so it cannot be drawn from the fitted state alone."""
+    f = pf._require_fitted()
+    hp, o = f.history_panel, pf.options
+    if o.futr_exog or getattr(o, "calendar", False):
+        raise TsmixError("this panel model reads future covariates: plot its predict(df, futr_df=...) "
+                         "output instead")
+    sid = str(series if series is not None else hp.ids[0])
+    if sid not in hp.ids:
+        raise TsmixError(f"series {sid!r} is not in the fitted panel; choose one of {list(hp.ids[:5])}...")
+    try:  # intervals when the model has them (its head's or a conformal calibration)
+        fc = pf.predict(level=list(PLOT_LEVELS))
+    except TsmixError:
+        fc = pf.predict()
+    fc = fc[fc[o.id_col].astype(str) == sid]
+    rows = hp.rows(hp.ids.index(sid))
+    bands = {lv: (fc[f"y_hat-lo-{lv:g}"].to_numpy(), fc[f"y_hat-hi-{lv:g}"].to_numpy())
+             for lv in PLOT_LEVELS if f"y_hat-lo-{lv:g}" in fc.columns}
+    return plot_window(
+        path, hp.timestamps[rows], hp.target[rows], fc[o.time_col].to_numpy(), None, fc["y_hat"].to_numpy(),
+        title=f"{hp.name}: {run_label(f.config)} L={f.config.lookback} H={f.config.horizon}, series {sid}",
+        ylabel=o.target_col, bands=bands, band_label=fc.attrs.get("interval_method", ""),
     )

@@ -106,7 +106,8 @@ def output_head(model: nn.Module) -> Head:
     return head if isinstance(head, Head) else PointHead("mse")
 
 
-BatchHook = Callable[[torch.Tensor, torch.Tensor], None]  # (head output, y (B, H, C_out)) per batch
+# (head output, y (B, H, C_out), x (B, L, C_in)) per batch
+BatchHook = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 @torch.no_grad()
@@ -131,7 +132,7 @@ def window_errors(
         se, ae = (s, a) if se is None else (se + s, ae + a)
         count += x.shape[0]
         if on_batch is not None:
-            on_batch(out.float(), y)
+            on_batch(out.float(), y, x)
     model.train(was_training)
     if count == 0:
         raise TsmixError(

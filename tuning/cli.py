@@ -83,7 +83,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--features", default="M", choices=("M", "S", "MS"),
                    help="M all->all, S target->target, MS all->target (default M)")
     p.add_argument("--storage", default=None,
-                   help="sqlite:///optuna.db (default), journal:PATH, or postgresql+psycopg2://user@host/db")
+                   help="sqlite:///optuna.db (default), journal:PATH, or postgresql://user@host/db "
+                        "(the installed driver, or name one: postgresql+psycopg2://)")
     p.add_argument("--study", default="tsmix", help="study name; rerunning continues it (default tsmix)")
     p.add_argument("--seed", type=int, default=2021,
                    help="TPE sampler seed; trial k uses seed+k (default 2021)")
@@ -96,18 +97,22 @@ def add_commands(sub: Any) -> None:
                    help="seconds without heartbeat before a trial counts as dead (default 2x heartbeat)")
     p.add_argument("--retry-stale", type=int, default=0, metavar="N",
                    help="re-queue a dead worker's trial up to N times (default 0: only mark it failed)")
-    p.add_argument("--out", default=None, help="folder for the refit run directory (default tsmix-runs)")
-    p.add_argument("--no-refit", action="store_true", help="do not refit the best trial at the end")
+    p.add_argument("--out", default=None, help="folder for the champion's run directory (default tsmix-runs)")
+    p.add_argument("--no-refit", action="store_true",
+                   help="do not train the champion at the end (default: the best trial's settings are "
+                        "trained on train+val, scored on test and registered with --register-as)")
     p.add_argument("--set", dest="fixed", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="hold a Forecaster hyper-parameter fixed, e.g. --set batch_size=64 (repeatable); "
-                        "it leaves the search space and every trial trains with it")
+                        "it leaves the search space and every trial trains with it (default: none)")
     p.add_argument("--space", default=None, metavar="FILE",
                    help="a .json/.yaml file of Optuna distributions by name, e.g. "
                         '{"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": true}}, overriding or '
                         "extending the model's space (default: the built-in space)")
     p.add_argument("--show-space", action="store_true",
-                   help="print the effective search space (after --set and --space) as JSON and exit")
-    p.add_argument("--quiet", action="store_true", help="only print the summary")
+                   help="print the effective search space (after --set and --space) as JSON and exit "
+                        "(default: tune)")
+    p.add_argument("--quiet", action="store_true",
+                   help="only print the summary (default: a line per trial with its epochs)")
     from tsmix.forecasting.cli import add_reading_flags
 
     add_reading_flags(p, "reading --dataset (held fixed like --set)")
@@ -122,6 +127,7 @@ def _tune(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per event
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" lines per trial
     from tsmix.forecasting.cli import reading_of
 
     fixed = dict(args.fixed)

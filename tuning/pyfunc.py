@@ -4,6 +4,14 @@
 (a frame with the date column and the fitted value columns, at least ``lookback`` rows) and
 returns the forecast frame of :meth:`Forecaster.predict`: the next ``horizon`` timestamps and
 values in original units. The same works over REST (``mlflow models serve``, JSON or CSV).
+A model fitted on a long-format panel takes and returns long frames instead; its request
+convention (future covariate rows, static attributes) is in :mod:`tsmix.tuning.pyfunc_panel`.
+
+Params (a params schema): ``horizon`` (steps, at most the trained horizon; default all of them),
+``level`` (interval levels in percent, e.g. ``[80, 95]``: ``<col>-lo-80``, ``<col>-hi-80``, ...)
+and ``quantiles`` (e.g. ``[0.1, 0.9]``: ``<col>-q0.1``, ...), empty by default (a point
+forecast): the columns ``Forecaster.predict(level=..., quantiles=...)`` returns. A value the
+model rejects is a 400 over REST with the library's message.
 
 Portability: the model carries the ``tsmix`` package itself (``code/tsmix``, staged in its
 import layout; MLflow puts ``code/`` on ``sys.path`` when it loads the model) and the
@@ -30,6 +38,7 @@ import pandas as pd
 from mlflow.exceptions import INVALID_PARAMETER_VALUE, MlflowException
 
 from tsmix.errors import TsmixError
+from tsmix.tuning.pyfunc_panel import PanelSpec, panel_example, panel_forecast, training_static
 
 MODEL_CODE = Path(__file__).with_name("_model_code.py")
 RUN_DIR = "run_dir"  # name of the artifact holding the Forecaster run directory
@@ -52,7 +61,14 @@ class ForecasterModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context: Any) -> None:
         from tsmix.forecasting import Forecaster
 
-        self.forecaster = Forecaster.load(context.artifacts[RUN_DIR])
+        run_dir = context.artifacts[RUN_DIR]
+        self.forecaster = Forecaster.load(run_dir)
+        self.panel: PanelSpec | None = None
+        self.static: pd.DataFrame | None = None  # a panel model's training static attributes
+        if self.forecaster.panel_ is not None:  # long-format requests (pyfunc_panel)
+            self.panel = PanelSpec.of(self.forecaster)  # the fitted schema is the contract; config echoes it
+            self.static = training_static(run_dir)
+            return
         config = getattr(context, "model_config", None) or {}  # empty for models logged before it existed
         # the fitted data's date column (older models: read off a forecast)
         self.date_col: str = config.get("date_column") or self.forecaster.predict().columns[0]
@@ -61,16 +77,23 @@ class ForecasterModel(mlflow.pyfunc.PythonModel):
     # pd.DataFrame is what MLflow hands over, and a hint MLflow infers no second signature from
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
                 ) -> pd.DataFrame:
-        horizon, level = self._params(params or {})
-        history = self._history(model_input)
+        horizon, level, quantiles = self._params(params or {})
         try:
-            out = self.forecaster.predict(history, level=level or None)  # intervals: the head's or conformal
+            if self.panel is not None:
+                return panel_forecast(self.forecaster, model_input, self.panel, self.static,
+                                      horizon=horizon, level=level, quantiles=quantiles)
+            history = self._history(model_input)
+            # intervals: the head's or conformal; quantiles: the head's or conformal ones
+            out = self.forecaster.predict(history, level=level or None, quantiles=quantiles or None)
+        except PyfuncInputError:
+            raise
         except TsmixError as exc:  # the Forecaster's own input checks, worded for the user
             raise PyfuncInputError(str(exc)) from exc
         return out.iloc[:horizon].reset_index(drop=True)
 
-    def _params(self, params: dict[str, Any]) -> tuple[int, list[int]]:
-        """``(horizon, levels)`` from the request's params; defaults: trained horizon, no intervals."""
+    def _params(self, params: dict[str, Any]) -> tuple[int, list[int], list[float]]:
+        """``(horizon, levels, quantiles)`` from the request's params; defaults: trained horizon, a
+        point forecast."""
         trained = self.forecaster.config.horizon
         horizon = params.get("horizon")
         horizon = trained if horizon is None else horizon
@@ -83,7 +106,9 @@ class ForecasterModel(mlflow.pyfunc.PythonModel):
                 f"ask for at most {trained} or train a model with horizon {horizon}")
         level = params.get("level")
         level = [] if level is None else [int(x) for x in level]  # a list, or an array once MLflow checked it
-        return horizon, level
+        quantiles = params.get("quantiles")
+        quantiles = [] if quantiles is None else [float(x) for x in quantiles]  # range checks: the library's
+        return horizon, level, quantiles
 
     def _history(self, model_input: Any) -> pd.DataFrame:
         """The request as the frame ``Forecaster.predict`` reads: date column first, then the fitted
@@ -169,16 +194,20 @@ def input_example(
     return example
 
 
-def signature(forecaster: Any, example: pd.DataFrame) -> Any:
-    """Outputs (the forecast of ``example``) and the params schema; no input schema (module doc)."""
+def signature(forecaster: Any, example: pd.DataFrame, forecast: pd.DataFrame | None = None) -> Any:
+    """Outputs (``forecast``, default: the forecast of ``example``) and the params schema; no input
+    schema (module doc)."""
     from mlflow.models import ModelSignature, infer_signature
     from mlflow.types import DataType, ParamSchema, ParamSpec
 
     params = ParamSchema([
         ParamSpec("horizon", DataType.long, forecaster.config.horizon),  # steps, at most the trained ones
         ParamSpec("level", DataType.long, [], (-1,)),  # interval levels in percent; [] = point forecast
+        ParamSpec("quantiles", DataType.double, [], (-1,)),  # probabilities in (0, 1); [] = none
     ])
-    outputs = infer_signature(forecaster.predict(example)).inputs  # the forecast frame's column schema
+    if forecast is None:
+        forecast = forecaster.predict(example)
+    outputs = infer_signature(forecast).inputs  # the forecast frame's column schema
     return ModelSignature(outputs=outputs, params=params)
 
 
@@ -191,15 +220,26 @@ def log_forecaster(
     data_dir: Any = None,
     date_col: str | None = None,
     registered_model_name: str | None = None,
+    futr_df: Any = None,
 ) -> Any:
     """Log ``run_dir`` (a saved fit of ``forecaster``) as a pyfunc model in the active run.
 
     The model bundles the tsmix package and its requirements (module doc); the input example is
-    the tail of ``data``. Returns MLflow's ``ModelInfo`` (``model_uri``,
-    ``registered_model_version``).
+    the tail of ``data`` (for a panel fit: of a few of its series, see :mod:`pyfunc_panel`;
+    ``futr_df``: future covariates to append to it). Returns MLflow's ``ModelInfo``
+    (``model_uri``, ``registered_model_version``).
     """
-    example = input_example(forecaster, data, data_dir=data_dir, date_col=date_col)
-    config = {"date_column": str(example.columns[0]), "columns": [str(c) for c in example.columns[1:]]}
+    forecast = None
+    if forecaster.panel_ is not None:
+        spec = PanelSpec.of(forecaster)
+        example = panel_example(forecaster, data, spec, futr_df=futr_df)
+        config: dict[str, Any] = {"panel": spec.to_config()}
+        forecast = panel_forecast(forecaster, example, spec, training_static(run_dir), horizon=spec.horizon)
+    else:
+        if futr_df is not None:
+            raise TsmixError("futr_df applies to models fitted on long-format panels, not to this wide model")
+        example = input_example(forecaster, data, data_dir=data_dir, date_col=date_col)
+        config = {"date_column": str(example.columns[0]), "columns": [str(c) for c in example.columns[1:]]}
     with tempfile.TemporaryDirectory(prefix="tsmix-code-") as tmp:
         return mlflow.pyfunc.log_model(
             name=name,
@@ -208,7 +248,7 @@ def log_forecaster(
             code_paths=[str(stage_package(tmp))],
             model_config=config,
             input_example=example,
-            signature=signature(forecaster, example),
+            signature=signature(forecaster, example, forecast),
             pip_requirements=requirements(),
             registered_model_name=registered_model_name,
         )

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,7 @@ class SearchSpace:
         multi = (spaces.model_space(self.model).uses_mixer and len(self.mixers) > 1
                  and "mixer" not in self.fixed)
         for i, mixer in enumerate(self.mixers if multi else self.mixers[:1]):
-            trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=i)).ask()
+            trial = _scratch_trial(i)
             if multi:
                 trial = _Pin(trial, "mixer", mixer, CategoricalDistribution(list(self.mixers)))
             asked.update(self._sample(trial)[1])
@@ -212,3 +213,15 @@ def load_space_file(path: str | Path) -> dict[str, BaseDistribution]:
     if not isinstance(data, Mapping) or not data:
         raise TsmixError(f"search space file {p} must hold a mapping of name -> distribution")
     return {str(k): from_json(str(k), v) for k, v in data.items()}
+
+
+def _scratch_trial(seed: int) -> optuna.Trial:
+    """A trial of a throwaway in-memory study, without Optuna's INFO line announcing that study
+    (``run_study`` builds a few to read the space; the user never asked for them)."""
+    log = logging.getLogger("optuna.storages._in_memory")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed)).ask()
+    finally:
+        log.setLevel(level)

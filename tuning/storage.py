@@ -39,6 +39,14 @@ HEARTBEAT_ATTR = "tsmix:heartbeat"  # journal storages: unix time of the last he
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+def pg_driver() -> str:
+    """The installed PostgreSQL driver for a URL that names none: SQLAlchemy 2.1 defaults to
+    psycopg (3), while tsmix's extras install psycopg2, so a bare postgresql:// would not load."""
+    from importlib.util import find_spec
+
+    return "psycopg2" if find_spec("psycopg") is None and find_spec("psycopg2") is not None else "psycopg"
+
+
 def resolve_storage_url(url: str | None) -> tuple[str, str, str]:
     """``(kind, url, target)``: kind is sqlite | postgresql | journal; target the file or db.
 
@@ -69,8 +77,8 @@ def resolve_storage_url(url: str | None) -> tuple[str, str, str]:
             raise TsmixError(f"storage folder {path.parent} does not exist; create it or fix --storage")
         return "sqlite", f"sqlite:///{path}", str(path)
     if scheme in ("postgres", "postgresql") or scheme.startswith("postgresql+"):
-        if scheme == "postgres":  # SQLAlchemy 2 only knows the long spelling
-            url = "postgresql" + url[len("postgres") :]
+        if scheme in ("postgres", "postgresql"):  # no driver named: the one that is installed
+            url = f"postgresql+{pg_driver()}" + url[len(scheme) :]
         return "postgresql", url, _redact(url)
     raise TsmixError(
         f"unsupported storage scheme {scheme!r}; use sqlite:///study.db, journal:PATH or "
@@ -297,5 +305,6 @@ def open_storage(
             f"--storage"
         ) from exc
     except ImportError as exc:
-        raise TsmixError(f"storage {target} needs a database driver: {exc}") from exc
+        raise TsmixError(f"storage {target} needs a database driver ({exc}); pip install psycopg2-binary "
+                         "or name the installed one, e.g. postgresql+psycopg2://") from exc
     return StudyStorage(kind, url, target, storage, heartbeat, grace)

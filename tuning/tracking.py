@@ -218,6 +218,27 @@ def validation_metrics(forecaster: Any) -> dict[str, float]:
             if k not in test and not k.startswith("per_channel.")}
 
 
+TRIAL_PLOT = "plots/forecast_val.png"  # a trial's plot: the last validation window (never test)
+
+
+def log_forecast_plot(forecaster: Any, split: str = "val", artifact_path: str = "plots") -> bool:
+    """Log the PNG of the last ``split`` window to the active run; False (with a warning) when
+    drawing or logging fails: a missing plot must not cost a trial or a model."""
+    import tempfile
+
+    import mlflow
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="tsmix-plot-") as tmp:
+            path = forecaster.plot_forecast(Path(tmp) / f"forecast_{split}.png", split=split)
+            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+        return True
+    except Exception as exc:
+        warnings.warn(f"the {split} forecast plot was not logged ({type(exc).__name__}: {_first_line(exc)}); "
+                      "the run goes on", stacklevel=2)
+        return False
+
+
 class EpochLogger:
     """Fit callback logging each epoch's losses to the active MLflow run.
 
@@ -350,8 +371,12 @@ def _log_results(
             mlflow.log_artifact(str(out / name), artifact_path="run")
     plot = out / "forecast.png"
     if not plot.is_file():
-        forecaster.plot_forecast(plot)
-    mlflow.log_artifact(str(plot), artifact_path="plots")
+        try:  # a panel model with future covariates cannot be drawn without them: warn, log the rest
+            forecaster.plot_forecast(plot)
+        except TsmixError as exc:
+            warnings.warn(f"the forecast plot was not logged ({_first_line(exc)})", stacklevel=2)
+    if plot.is_file():
+        mlflow.log_artifact(str(plot), artifact_path="plots")
     return log_forecaster(
         forecaster, out, data, data_dir=data_dir, date_col=date_col, registered_model_name=register_as
     )
@@ -372,8 +397,10 @@ def describe_version(client: Any, name: str, version: str, forecaster: Any, data
         tsmix_version = "unknown"
     dataset = str(data) if isinstance(data, (str, Path)) else "frame"
     tags = {"dataset": dataset, "model": cfg.model, "lookback": str(cfg.lookback),
-            "horizon": str(cfg.horizon), "features": cfg.features, "test_mse": f"{m['mse']:.6g}",
-            "commit": git_commit(), "tsmix_version": tsmix_version}
+            "horizon": str(cfg.horizon), "features": cfg.features, "commit": git_commit(),
+            "tsmix_version": tsmix_version}
+    tested = m.get("mse") is not None  # a production fit trained on every row: nothing was tested
+    tags["test_mse"] = f"{m['mse']:.6g}" if tested else "none (production fit: nothing held out)"
     held_out = numeric({"val_mse": m.get("val_mse")})  # empty when trained on train+val (NaN)
     if held_out:
         tags["val_mse"] = f"{held_out['val_mse']:.6g}"
@@ -385,7 +412,8 @@ def describe_version(client: Any, name: str, version: str, forecaster: Any, data
         what += f" ({cfg.mixer})"
     client.update_model_version(name, version, description=(
         f"{what} on {dataset}: lookback {cfg.lookback}, horizon {cfg.horizon}, features {cfg.features}; "
-        f"{val}, test MSE {m['mse']:.4g} (normalized scale); "
+        f"{val}, " + (f"test MSE {m['mse']:.4g} (normalized scale); " if tested else
+                      "no test MSE (production fit on every row); ") +
         f"tsmix {tsmix_version}, commit {tags['commit']}"))
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)

@@ -24,7 +24,13 @@ from tsmix.errors import TsmixError
 from tsmix.tuning.lineage import DataLineage, log_lineage
 from tsmix.tuning.search import SearchSpace
 from tsmix.tuning.storage import StudyStorage
-from tsmix.tuning.tracking import EpochLogger, config_params, using_tracking, validation_metrics
+from tsmix.tuning.tracking import (
+    EpochLogger,
+    config_params,
+    log_forecast_plot,
+    using_tracking,
+    validation_metrics,
+)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts towards ``trials``
 ACTIVE = (TrialState.RUNNING, TrialState.WAITING)  # may still count
@@ -106,6 +112,7 @@ class Worker:
                 live.flush(forecaster.history)
                 metrics = validation_metrics(forecaster)  # never the test split while selecting
                 mlflow.log_metrics(metrics)
+                log_forecast_plot(forecaster, "val")  # validation only: trials never see test
                 mlflow.set_tag("optuna.state", "COMPLETE")
                 trial.set_user_attr("best_epoch", int(metrics["best_epoch"]))  # the champion trains this long
                 status, state = "FINISHED", TrialState.COMPLETE

@@ -5,6 +5,7 @@
     tsmix benchmark --suite speed ...          (same as tsmix benchmark-speed)
     tsmix benchmark-report --suite quick [--results DIR] [--out DIR]
     tsmix benchmark-speed [--lengths ...] [--widths ...] [--mixers ...] [--out DIR]
+    tsmix benchmark-speed --shapes patch variate [--batches 32 128] [--rounds 5]   (speed_shapes.*)
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _speed_args(p: argparse.ArgumentParser, with_out: bool) -> None:
+    from .speed_cells import DEFAULT_BATCHES, SHAPE_CHOICES  # stdlib-only module: cheap at startup
+
     g = p.add_argument_group("speed suite")
     g.add_argument("--lengths", nargs="+", type=int, default=None,
                    help="sequence lengths (default 64 ... 8192)")
@@ -74,6 +77,13 @@ def _speed_args(p: argparse.ArgumentParser, with_out: bool) -> None:
     g.add_argument("--time-budget", type=float, default=4.0, help="skip cells predicted slower (s/pass)")
     g.add_argument("--mem-budget", type=float, default=3000.0, help="skip cells predicted larger (MiB)")
     g.add_argument("--device", default="auto")
+    g.add_argument("--shapes", nargs="+", default=["lengths"], choices=SHAPE_CHOICES,
+                   help="lengths: the N x D sweep (speed.*); patch / variate: the PatchTST and iTransformer "
+                        "token shapes, batch as an axis, ratios vs issue #21 targets (speed_shapes.*)")
+    g.add_argument("--batches", nargs="+", type=int, default=list(DEFAULT_BATCHES),
+                   help="--shapes patch/variate: windows per batch (default %(default)s)")
+    g.add_argument("--rounds", type=int, default=5,
+                   help="--shapes patch/variate: alternating rounds per cell (median reported)")
     if with_out:
         g.add_argument("--out", default=DEFAULT_SPEED_OUT,
                        help=f"speed output folder (default {DEFAULT_SPEED_OUT})")
@@ -85,11 +95,27 @@ def _speed(args: argparse.Namespace) -> int:
     from .speed import DEFAULT_LENGTHS, DEFAULT_WIDTHS, SpeedConfig, load_speed_json, run_speed, write_speed
 
     if getattr(args, "render", None):
-        files = write_speed(load_speed_json(args.render), args.out)
+        if _json_kind(args.render) == "shapes":  # a speed_shapes.json, not a speed.json
+            from .speed import load_shapes_json, write_shapes
+
+            files = write_shapes(load_shapes_json(args.render), args.out)
+        else:
+            files = write_speed(load_speed_json(args.render), args.out)
         print("wrote " + ", ".join(str(p) for p in files.values()))
         return 0
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
+    presets = [s for s in args.shapes if s != "lengths"]
+    if presets:
+        from .speed import ShapesConfig, run_shapes, write_shapes
+
+        res = run_shapes(ShapesConfig(shapes=tuple(presets), batches=tuple(args.batches), rounds=args.rounds,
+                                      device=args.device, mixers=tuple(args.mixers) if args.mixers else None))
+        files = write_shapes(res, args.out)
+        print(Path(files["markdown"]).read_text())
+        print("wrote " + ", ".join(str(p) for p in files.values()))
+    if "lengths" not in args.shapes:
+        return 0
     cfg = SpeedConfig(lengths=tuple(args.lengths or DEFAULT_LENGTHS),
                       widths=tuple(args.widths or DEFAULT_WIDTHS), batch=args.batch, reps=args.reps,
                       time_budget_s=args.time_budget,
@@ -102,6 +128,16 @@ def _speed(args: argparse.Namespace) -> int:
     print(Path(files["markdown"]).read_text())
     print("wrote " + ", ".join(str(p) for p in files.values()))
     return 0
+
+
+def _json_kind(path: str) -> str | None:
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None  # load_speed_json reports a missing or broken file
+    return data.get("kind") if isinstance(data, dict) else None
 
 
 def _benchmark(args: argparse.Namespace) -> int:

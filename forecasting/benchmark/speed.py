@@ -13,6 +13,11 @@ A cell is skipped, and the output says so, when the extrapolation from the mixer
 largest measured lengths predicts more than ``time_budget_s`` per pass or more than
 ``mem_budget_mb`` (the machine this runs on is shared; long cells would not finish), and
 every larger N of that mixer and width is then skipped as well.
+
+``run_shapes`` (``tsmix benchmark-speed --shapes patch variate``) times the shapes the encoders
+really use instead (``SHAPES``: PatchTST's B·7 sequences of 42 patches at D=16, iTransformer's B
+sequences of 7 or 21 variate tokens at D=128), batch as an axis, the mixers of one cell alternating
+round by round; its report (speed_shapes.*) marks the issue #21 targets met / not met.
 """
 
 from __future__ import annotations
@@ -32,14 +37,26 @@ from .speed_cells import (
     DEFAULT_LENGTHS,
     DEFAULT_WIDTHS,
     FIT_MIN_LENGTH,
+    SHAPES,
     Cell,
+    ShapeCell,
+    ShapesConfig,
     SpeedConfig,
     exponents,
     fit_exponent,
     ratios,
 )
-from .speed_report import load_speed_json, plot_speed, render_speed_markdown, save_speed_json, write_speed
-from .speed_timing import build, device_of, measure
+from .speed_report import (
+    load_shapes_json,
+    load_speed_json,
+    plot_speed,
+    render_shapes_markdown,
+    render_speed_markdown,
+    save_speed_json,
+    write_shapes,
+    write_speed,
+)
+from .speed_timing import alternate, build, device_of, fwd_bwd, measure
 
 
 def _predict(points: list[tuple[int, float]], n: int) -> float | None:
@@ -56,19 +73,25 @@ def _predict(points: list[tuple[int, float]], n: int) -> float | None:
     return c1 * (n / n1) ** slope
 
 
+def _mixer_names(wanted: tuple[str, ...] | None) -> list[str]:
+    """The mixers to measure, softmax first (every ratio needs it in the same run)."""
+    from tsmix import available_mixers
+
+    registered = available_mixers()
+    mixers = list(wanted or registered)
+    bad = [m for m in mixers if m not in registered]
+    if bad:
+        raise TsmixError(f"unknown mixer(s) {', '.join(bad)}; registered: {', '.join(registered)}")
+    if "softmax" in registered:
+        mixers = ["softmax", *(m for m in mixers if m != "softmax")]
+    return mixers
+
+
 def run_speed(cfg: SpeedConfig | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Measure every (mixer, width, length) cell (default config: ``SpeedConfig()``); returns cells,
     exponents and run metadata."""
     cfg = SpeedConfig() if cfg is None else cfg
-    from tsmix import available_mixers
-
-    registered = available_mixers()
-    mixers = list(cfg.mixers or registered)
-    bad = [m for m in mixers if m not in registered]
-    if bad:
-        raise TsmixError(f"unknown mixer(s) {', '.join(bad)}; registered: {', '.join(registered)}")
-    if "softmax" in registered and "softmax" not in mixers:
-        mixers.insert(0, "softmax")  # ratios need the reference in the same run
+    mixers = _mixer_names(cfg.mixers)
     dev = device_of(cfg.device)
     cells: list[Cell] = []
     t_start = time.perf_counter()
@@ -122,6 +145,76 @@ def run_speed(cfg: SpeedConfig | None = None, log: Callable[[str], None] = print
             "commit": git_commit()}
 
 
+def _energy_steps(name: str) -> int | None:
+    """The mixer's ``steps`` option (energy / recurrence steps per layer), read generically from its
+    registered options; None when it has none."""
+    from tsmix.registry import mixer_options
+
+    steps = getattr(mixer_options(name), "steps", None)
+    return int(steps) if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
+def run_shapes(cfg: ShapesConfig | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Forward+backward of every mixer at the encoders' real shapes (``SHAPES``), batch as an axis.
+
+    Within one (shape, batch, tokens) cell the mixers alternate round by round (``alternate``), and
+    each ratio to softmax comes from that cell, so load drift on a shared machine cancels out."""
+    cfg = ShapesConfig() if cfg is None else cfg
+    unknown = [s for s in cfg.shapes if s not in SHAPES]
+    if unknown:
+        raise TsmixError(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
+    if not cfg.batches or any(b <= 0 for b in cfg.batches) or cfg.rounds <= 0:
+        raise TsmixError("--batches must be positive integers and --rounds positive")
+    mixers = _mixer_names(cfg.mixers)
+    dev = device_of(cfg.device)
+    cells: list[ShapeCell] = []
+    t_start = time.perf_counter()
+    load_start = _loadavg()
+    for shape_name in cfg.shapes:
+        shape = SHAPES[shape_name]
+        # build() reads heads/causal/seed from a SpeedConfig: the shape's heads, the suite's rest
+        bcfg = SpeedConfig(heads=shape.heads, causal=cfg.causal, seed=cfg.seed)
+        modules: dict[str, torch.nn.Module | str] = {}
+        for name in mixers:
+            try:
+                modules[name] = build(name, shape.width, bcfg, dev)
+            except Exception as exc:  # a mixer that cannot be built at this shape is reported
+                modules[name] = f"error: {type(exc).__name__}: {exc}"
+        for batch in sorted(cfg.batches):
+            for tokens in shape.tokens:
+                seqs = batch * shape.channels
+                gen = torch.Generator().manual_seed(cfg.seed + seqs + tokens)
+                x = torch.randn(seqs, tokens, shape.width, generator=gen).to(dev).requires_grad_(True)
+                g = torch.randn(seqs, tokens, shape.width, generator=gen).to(dev)
+                fns = {n: fwd_bwd(m, x, g) for n, m in modules.items() if not isinstance(m, str)}
+                timed = alternate(fns, cfg.rounds, dev, warmup=cfg.warmup, min_pass_s=cfg.min_pass_s)
+                ref = timed.get("softmax")
+                for name in mixers:
+                    c = ShapeCell(shape_name, name, batch, seqs, tokens, shape.width, shape.heads,
+                                  steps=_energy_steps(name))
+                    v = modules[name] if isinstance(modules[name], str) else timed[name]
+                    if isinstance(v, str):
+                        c.status = v
+                    else:
+                        c.ms = v
+                        c.ratio = v / ref if isinstance(ref, float) and ref > 0 else None
+                    cells.append(c)
+                    log(_shape_line(c))
+    return {"kind": "shapes", "cells": cells, "mixers": mixers, "config": asdict(cfg), "device": dev.type,
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "seconds": time.perf_counter() - t_start, "load_start": load_start, "load": _loadavg(),
+            "commit": git_commit()}
+
+
+def _shape_line(c: ShapeCell) -> str:
+    head = f"{c.shape:>8} B={c.batch:<4} ({c.sequences}x{c.tokens}, D={c.width}) {c.mixer:>16}"
+    if c.status != "ok":
+        return f"{head} {c.status}"
+    per = f"  {c.per_step:5.2f}x per step" if c.steps and c.per_step is not None else ""
+    rat = f"{c.ratio:6.2f}x softmax" if c.ratio is not None else ""
+    return f"{head} {c.ms:9.2f} ms {rat}{per}"
+
+
 def _cell_line(c: Cell) -> str:
     if c.status != "ok":
         return f"{c.mixer:>14} D={c.width:<4} N={c.length:<5} {c.status}"
@@ -137,6 +230,7 @@ def _loadavg() -> str:
         return "n/a"
 
 
-__all__ = ["DEFAULT_LENGTHS", "DEFAULT_WIDTHS", "FIT_MIN_LENGTH", "Cell", "SpeedConfig", "exponents",
-           "fit_exponent", "load_speed_json", "plot_speed", "ratios", "render_speed_markdown", "run_speed",
-           "save_speed_json", "write_speed"]
+__all__ = ["DEFAULT_LENGTHS", "DEFAULT_WIDTHS", "FIT_MIN_LENGTH", "SHAPES", "Cell", "ShapeCell",
+           "ShapesConfig", "SpeedConfig", "exponents", "fit_exponent", "load_shapes_json",
+           "load_speed_json", "plot_speed", "ratios", "render_shapes_markdown", "render_speed_markdown",
+           "run_shapes", "run_speed", "save_speed_json", "write_shapes", "write_speed"]

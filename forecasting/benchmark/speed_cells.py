@@ -76,3 +76,92 @@ def ratios(result: dict[str, Any]) -> dict[tuple[str, int, int], tuple[float | N
         m = c.peak_mb / r.peak_mb if (r and c.peak_mb and r.peak_mb) else None
         out[(c.mixer, c.width, c.length)] = (t, m)
     return out
+
+
+# ----------------------------------------------------------------------------- shape presets
+# The shapes a user of the encoders actually pays for (issue #21): the speed sweep above times
+# one long sequence, where per-call overhead is amortised and the ratios look better.
+
+
+@dataclass(frozen=True)
+class ShapePreset:
+    """A token-mixer workload of an encoder: ``channels`` sequences per window of a batch, each of
+    ``tokens`` tokens of width ``width``. ``batches`` (CLI) counts windows, so a cell holds
+    ``batch * channels`` sequences."""
+
+    name: str
+    channels: int  # sequences per window: channel-independent patching gives one per variate
+    tokens: tuple[int, ...]  # token counts measured (one cell each)
+    width: int
+    heads: int
+    what: str  # one line for the report
+
+
+SHAPES: dict[str, ShapePreset] = {
+    # PatchTST ETTh paper preset: L=336, patch 16, stride 8 -> 42 patches; ETTh has 7 channels.
+    "patch": ShapePreset("patch", channels=7, tokens=(42,), width=16, heads=4,
+                         what="PatchTST ETTh paper preset: B·7 sequences of 42 patches, D=16, 4 heads"),
+    # iTransformer: one token per variate (ETTh 7, Weather 21), one sequence per window.
+    "variate": ShapePreset("variate", channels=1, tokens=(7, 21), width=128, heads=8,
+                           what="iTransformer: B sequences of 7 or 21 variate tokens, D=128, 8 heads"),
+}
+SHAPE_CHOICES = ("lengths", *SHAPES)  # "lengths" = the length/width sweep above
+DEFAULT_BATCHES = (32, 128)  # windows per batch (128 = the paper presets' batch size)
+
+# Issue #21 targets: fwd+bwd time over softmax in the same cell. ``per_step``: divided by the
+# mixer's energy-step count (its ``steps`` option), so a recurrent mixer is judged per step.
+TARGETS: dict[str, tuple[float, bool]] = {
+    "fem-sm": (1.3, False), "fem-aft": (1.2, False), "linear": (1.2, False), "gla": (1.5, False),
+    "fem-gla": (1.5, False), "fem-ssm": (3.0, False), "nrgpt": (1.3, True), "gpt-rec-parallel": (1.3, True),
+}
+
+
+@dataclass(frozen=True)
+class ShapesConfig:
+    shapes: tuple[str, ...] = ("patch", "variate")  # keys of SHAPES
+    batches: tuple[int, ...] = DEFAULT_BATCHES  # windows per batch
+    rounds: int = 5  # alternating rounds per cell (median reported)
+    min_pass_s: float = 0.02  # a mixer's timed unit repeats passes until this much CPU time
+    warmup: int = 1
+    causal: bool = False
+    mixers: tuple[str, ...] | None = None  # None = every registered mixer
+    device: str = "auto"
+    seed: int = 0
+
+
+@dataclass
+class ShapeCell:
+    shape: str
+    mixer: str
+    batch: int  # windows per batch
+    sequences: int  # batch * channels
+    tokens: int
+    width: int
+    heads: int
+    ms: float | None = None  # median forward+backward milliseconds of one pass
+    ratio: float | None = None  # ms / softmax ms in the same cell
+    steps: int | None = None  # energy steps (the mixer's ``steps`` option), when it has one
+    status: str = "ok"
+
+    @property
+    def per_step(self) -> float | None:
+        return self.ratio / self.steps if self.ratio is not None and self.steps else None
+
+
+def target_text(mixer: str) -> str:
+    """The issue #21 target of a mixer as report text ("" when it has none)."""
+    t = TARGETS.get(mixer)
+    return "" if t is None else f"≤ {t[0]:g}×" + (" per step" if t[1] else "")
+
+
+def target_verdict(cell: ShapeCell) -> tuple[str, str]:
+    """(target text, "met" / "not met" / "") of a cell against the issue #21 target of its mixer."""
+    t = TARGETS.get(cell.mixer)
+    if t is None:
+        return "", ""
+    limit, per_step = t
+    value = cell.per_step if per_step and cell.steps else cell.ratio  # no steps option: one step
+    text = target_text(cell.mixer)
+    if value is None:
+        return text, ""
+    return text, "met" if value <= limit else "not met"

@@ -4,7 +4,9 @@ speed.png (log-log plots) and speed.json (everything needed to re-render them la
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -12,15 +14,32 @@ from typing import Any
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
-from .speed_cells import FIT_MIN_LENGTH, Cell, exponents, ratios
+from .speed_cells import (
+    FIT_MIN_LENGTH,
+    SHAPES,
+    TARGETS,
+    Cell,
+    ShapeCell,
+    exponents,
+    ratios,
+    target_text,
+    target_verdict,
+)
+
+
+def _write_atomic(path: Path, text: str) -> Path:
+    """Write via a temporary file and rename, so a reader (or a killed run) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
 
 
 def save_speed_json(result: dict[str, Any], path: str | Path) -> Path:
     """Everything needed to re-render the tables and plot later (``load_speed_json``)."""
     data = {k: v for k, v in result.items() if k not in ("cells", "exponents")}
     data["cells"] = [asdict(c) for c in result["cells"]]
-    Path(path).write_text(json.dumps(data, indent=1, default=str))
-    return Path(path)
+    return _write_atomic(Path(path), json.dumps(data, indent=1, default=str))
 
 
 def load_speed_json(path: str | Path) -> dict[str, Any]:
@@ -43,16 +62,16 @@ def write_speed(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
     cols = ["mixer", "width", "length", "batch", "heads", "ms_fwd_bwd", "peak_mib", "time_vs_softmax",
             "mem_vs_softmax", "status", "device", "torch", "threads", "commit"]
     cfg = result["config"]
-    with open(csv_path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        for c in result["cells"]:
-            t, m = rat[(c.mixer, c.width, c.length)]
-            w.writerow([c.mixer, c.width, c.length, cfg["batch"], cfg["heads"], _f(c.ms), _f(c.peak_mb),
-                        _f(t), _f(m), c.status, result["device"], result["torch"], result["threads"],
-                        result.get("commit") or git_commit()])
-    md_path = out / "speed.md"
-    md_path.write_text(render_speed_markdown(result))
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(cols)
+    for c in result["cells"]:
+        t, m = rat[(c.mixer, c.width, c.length)]
+        w.writerow([c.mixer, c.width, c.length, cfg["batch"], cfg["heads"], _f(c.ms), _f(c.peak_mb),
+                    _f(t), _f(m), c.status, result["device"], result["torch"], result["threads"],
+                    result.get("commit") or git_commit()])
+    _write_atomic(csv_path, buf.getvalue())
+    md_path = _write_atomic(out / "speed.md", render_speed_markdown(result))
     png_path = out / "speed.png"
     plot_speed(result, png_path)
     json_path = save_speed_json(result, out / "speed.json")
@@ -172,3 +191,100 @@ def plot_speed(result: dict[str, Any], path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+# ----------------------------------------------------------------------------- shape presets
+
+SHAPES_STEM = "speed_shapes"  # beside speed.* so the length sweep's files stay as they are
+
+
+def write_shapes(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """speed_shapes.csv (every cell), speed_shapes.md (a ratio table per shape, with the issue #21
+    targets marked met / not met) and speed_shapes.json (for ``load_shapes_json``), written atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["shape", "mixer", "batch", "sequences", "tokens", "width", "heads", "ms_fwd_bwd",
+                "time_vs_softmax", "energy_steps", "per_step_vs_softmax", "target", "verdict", "status",
+                "device", "torch", "threads", "commit"])
+    for c in result["cells"]:
+        target, verdict = target_verdict(c)
+        w.writerow([c.shape, c.mixer, c.batch, c.sequences, c.tokens, c.width, c.heads, _f(c.ms),
+                    _f(c.ratio), c.steps or "", _f(c.per_step), target, verdict, c.status, result["device"],
+                    result["torch"], result["threads"], result.get("commit") or ""])
+    data = {k: v for k, v in result.items() if k != "cells"}
+    data["cells"] = [asdict(c) for c in result["cells"]]
+    return {"csv": _write_atomic(out / f"{SHAPES_STEM}.csv", buf.getvalue()),
+            "markdown": _write_atomic(out / f"{SHAPES_STEM}.md", render_shapes_markdown(result)),
+            "json": _write_atomic(out / f"{SHAPES_STEM}.json", json.dumps(data, indent=1, default=str))}
+
+
+def load_shapes_json(path: str | Path) -> dict[str, Any]:
+    data = json.loads(Path(path).read_text())
+    if data.get("kind") != "shapes":
+        raise TsmixError(f"{path} holds no shape-preset results (run `tsmix benchmark-speed --shapes patch`)")
+    data["cells"] = [ShapeCell(**c) for c in data["cells"]]
+    return data
+
+
+def render_shapes_markdown(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    clock = "wall time" if result["device"] == "cuda" else _CPU_CLOCK
+    lines = [
+        "# Mixer speed at the encoders' shapes (issue #21)",
+        "",
+        f"Forward+backward of one mixer layer, {'causal' if cfg['causal'] else 'bidirectional'}; in each "
+        f"cell the mixers alternate over {cfg['rounds']} rounds (median reported; passes shorter than "
+        f"{cfg['min_pass_s'] * 1e3:g} ms repeat within a round) so machine-load drift hits all alike, and "
+        f"each ratio is to softmax in the same cell. Timed as {clock}; device {result['device']}, torch "
+        f"{result['torch']}, {result['threads']} thread(s), commit {result.get('commit') or '?'}; "
+        f"load average at the start {result.get('load_start', '?')}, at the end {result['load']}; "
+        f"{result['seconds']:.0f} s in all.",
+        "Per step: the ratio divided by the mixer's energy-step count (its `steps` option). Target: the "
+        "issue's bound on the ratio (per step where marked); *met* / *not met* in every cell.",
+        "",
+    ]
+    for shape in dict.fromkeys(c.shape for c in result["cells"]):
+        cells = [c for c in result["cells"] if c.shape == shape]
+        cols = list(dict.fromkeys((c.batch, c.sequences, c.tokens) for c in cells))
+        what = SHAPES[shape].what if shape in SHAPES else shape
+        ex = cells[0]
+        lines += [f"## {shape}: {what}", "",
+                  f"D={ex.width}, {ex.heads} heads. Columns: B windows per batch → sequences × tokens. "
+                  "Cells: × softmax (per step); softmax row: its milliseconds.", "",
+                  "| mixer | " + " | ".join(f"B={b} ({s}×{n})" for b, s, n in cols) + " | target | verdict |",
+                  "|---|" + "---:|" * len(cols) + "---|---|"]
+        for name in result["mixers"]:
+            row, verdicts = [], []
+            by_col = {(c.batch, c.sequences, c.tokens): c for c in cells if c.mixer == name}
+            for col in cols:
+                c = by_col.get(col)
+                if c is None or c.status != "ok":
+                    row.append("—" if c is None else "error")
+                    continue
+                if name == "softmax":
+                    row.append(f"{c.ms:.3g} ms")
+                    continue
+                txt = "—" if c.ratio is None else f"{c.ratio:.2f}"
+                if c.steps and c.per_step is not None:
+                    txt += f" ({c.per_step:.2f}/step)"
+                verdicts.append(target_verdict(c)[1])
+                row.append(txt)
+            verdict = _summarise(verdicts) if name in TARGETS else ""
+            target = target_text(name)
+            lines.append(f"| {name} | " + " | ".join(row) + f" | {target} | {verdict} |")
+        errors = [f"- {c.mixer}, B={c.batch}, N={c.tokens}: {c.status}" for c in cells if c.status != "ok"]
+        lines += ["", *errors, *([""] if errors else [])]
+    return "\n".join(lines)
+
+
+def _summarise(verdicts: list[str]) -> str:
+    """One verdict over a mixer's cells of a shape: met only where every cell meets the target."""
+    known = [v for v in verdicts if v]
+    if not known:
+        return "not measured"
+    met = sum(v == "met" for v in known)
+    if met == len(known):
+        return "**met**"
+    return "not met" if met == 0 else f"not met ({met}/{len(known)} cells met)"

@@ -11,7 +11,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -113,3 +113,41 @@ def measure(cell: Cell, mod: torch.nn.Module, x0: torch.Tensor, g: torch.Tensor,
     except (RuntimeError, torch.OutOfMemoryError) as exc:  # OOM or a shape the mixer refuses
         cell.ms, cell.peak_mb = None, None
         cell.status = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def alternate(fns: dict[str, Callable[[], None]], rounds: int, dev: torch.device, warmup: int = 1,
+              min_pass_s: float = 0.0) -> dict[str, float | str]:
+    """Median milliseconds of one call of each fn, timed in ``rounds`` rounds that cycle through all
+    fns, so that a drift of machine load hits every fn of the cell alike (a ratio between two of
+    them is then fair even when absolute times are not). CPU: process CPU time; CUDA: synchronised
+    wall time. A fn whose warm-up pass is shorter than ``min_pass_s`` runs several calls per round
+    (clock resolution and timer overhead stop mattering). A fn that raises gets its error text."""
+    clock = time.perf_counter if dev.type == "cuda" else time.process_time
+    out: dict[str, float | str] = {}
+    inner: dict[str, int] = {}
+    for k, f in fns.items():
+        try:
+            t0 = clock()
+            for _ in range(max(1, warmup)):
+                f()
+            _sync(dev)
+            once = (clock() - t0) / max(1, warmup)
+            inner[k] = max(1, min(100, int(min_pass_s / once) if once > 0 else 100))
+        except (RuntimeError, torch.OutOfMemoryError) as exc:  # a shape the mixer refuses, or OOM
+            out[k] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    times: dict[str, list[float]] = {k: [] for k in inner}
+    for _ in range(rounds):
+        for k in inner:
+            t0 = clock()
+            for _ in range(inner[k]):
+                fns[k]()
+            _sync(dev)
+            times[k].append((clock() - t0) / inner[k])
+    for k, ts in times.items():
+        out[k] = statistics.median(ts) * 1e3
+    return {k: out[k] for k in fns}
+
+
+def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    """One forward+backward of ``module`` on ``x`` with output gradient ``g``, as a closure."""
+    return lambda: _pass(module, x, g)

@@ -6,7 +6,12 @@ Student-t). Point models get intervals from split-conformal calibration on valid
 residuals. ``output`` writes long / wide frames in the neuralforecast column convention.
 """
 
-from tsmix.forecasting.probabilistic.conformal import Calibration, collect_residuals, fit_conformal
+from tsmix.forecasting.probabilistic.conformal import (
+    Calibration,
+    collect_residuals,
+    fit_conformal,
+    window_scale,
+)
 from tsmix.forecasting.probabilistic.heads import (
     Head,
     NormalHead,
@@ -88,4 +93,5 @@ __all__ = [
     "scored_levels",
     "split_scores",
     "wide_frame",
+    "window_scale",
 ]

@@ -26,11 +26,17 @@ Bands = Mapping[float, tuple[Any, Any]]  # level -> (lo, hi), each (..., H, C)
 
 
 def forecast_bands(head: Head, out: torch.Tensor, levels: Sequence[float],
-                   calibration: Calibration | None = None) -> tuple[str, dict[float, tuple[Any, Any]]]:
-    """(method, {level: (lo, hi)}) for the head output ``out``; the head's own intervals first."""
+                   calibration: Calibration | None = None,
+                   scale: Any = None) -> tuple[str, dict[float, tuple[Any, Any]]]:
+    """(method, {level: (lo, hi)}) for the head output ``out``; the head's own intervals first.
+
+    ``scale`` (..., C): the forecast windows' input scale, which a scaled conformal calibration needs
+    (:func:`~tsmix.forecasting.probabilistic.conformal.window_scale`)."""
     levels = check_levels(levels)
     if head.has_intervals:
-        return head.name, {lv: head.interval(out, lv) for lv in levels}
+        adjusted = conformal_head_bands(head, out, calibration, scale)
+        bands = {lv: _level_band(adjusted, lv) or head.interval(out, lv) for lv in levels}
+        return interval_method(head, calibration, levels), bands
     if calibration is None:
         raise TsmixError(
             f"level={list(levels)} needs intervals, but this model was trained with loss={head.name!r} "
@@ -38,19 +44,63 @@ def forecast_bands(head: Head, out: torch.Tensor, levels: Sequence[float],
             "loss='quantile', 'normal' or 'studentt'"
         )
     point = head.point(out)
-    return calibration.method, {lv: calibration.interval(point, lv) for lv in levels}
+    return calibration.method, {lv: calibration.interval(point, lv, scale) for lv in levels}
 
 
 def forecast_quantiles(head: Head, out: torch.Tensor, quantiles: Sequence[float],
-                       calibration: Calibration | None = None) -> dict[float, Any]:
+                       calibration: Calibration | None = None, scale: Any = None) -> dict[float, Any]:
     """{q: (..., H, C)} quantiles of the head output: the head's own, else a point model's conformal
     ones (the bounds of central intervals); a point head without calibration: one-line TsmixError."""
     qs = check_quantiles(quantiles)
     if head.has_intervals or calibration is None:
         values = head.quantiles(out, qs)  # (..., H, Q, C)
     else:
-        values = calibration.quantiles(head.point(out), qs)
-    return {q: values[..., i, :] for i, q in enumerate(qs)}
+        values = calibration.quantiles(head.point(out), qs, scale)
+    result = {q: values[..., i, :] for i, q in enumerate(qs)}
+    adjusted = conformal_head_bands(head, out, calibration, scale) if head.has_intervals else {}
+    for q in qs:  # q < 0.5 is the lower bound of the central 100(1 - 2q)% interval: it moves with it
+        band = _level_band(adjusted, round(abs(200.0 * q - 100.0), 9)) if abs(q - 0.5) > 1e-9 else None
+        if band is not None:
+            result[q] = band[0] if q < 0.5 else band[1]
+    return result
+
+
+def conformal_head_bands(head: Head, out: torch.Tensor, calibration: Calibration | None,
+                         scale: Any) -> dict[float, tuple[Any, Any]]:
+    """{level: (lo, hi)} of every level a CQR calibration adjusts ({} without one): the head's own
+    bounds moved by the calibration, kept around the point forecast, and nested (a wider level's
+    band contains the narrower ones) so the quantile columns never cross."""
+    if calibration is None or not calibration.adjusts_head:
+        return {}
+    point = head.point(out)
+    cat = torch if isinstance(point, torch.Tensor) else np
+    bands: dict[float, tuple[Any, Any]] = {}
+    inner_lo = inner_hi = point
+    for lv in sorted(calibration.levels):
+        lo, hi = calibration.adjust(*head.interval(out, lv), lv, scale)
+        inner_lo, inner_hi = cat.minimum(lo, inner_lo), cat.maximum(hi, inner_hi)
+        bands[lv] = (inner_lo, inner_hi)
+    return bands
+
+
+def _level_band(bands: Mapping[float, tuple[Any, Any]], level: float) -> tuple[Any, Any] | None:
+    return next((b for lv, b in bands.items() if abs(lv - level) < 1e-9), None)
+
+
+def interval_method(head: Head, calibration: Calibration | None, levels: Sequence[float]) -> str | None:
+    """Where the ``levels``' intervals come from: the head (``quantile``), its conformalized bounds
+    (``quantile+conformal (scaled)``, when every level was calibrated), both (named per level), or a
+    point model's calibration; None without intervals."""
+    if not head.has_intervals:
+        return calibration.method if calibration is not None else None
+    if calibration is None or not calibration.adjusts_head:
+        return head.name
+    done = [lv for lv in levels if calibration.has_level(lv)]
+    if len(done) == len(levels):
+        return calibration.method
+    if not done:
+        return head.name
+    return f"{head.name} (conformalized at {', '.join(format_level(lv) for lv in done)})"
 
 
 def interval_columns(name: str, level: float) -> tuple[str, str]:

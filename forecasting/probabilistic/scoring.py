@@ -16,7 +16,7 @@ import torch
 from tsmix.forecasting.probabilistic.conformal import Calibration
 from tsmix.forecasting.probabilistic.heads import Head, NormalHead, QuantileHead, StudentTHead
 from tsmix.forecasting.probabilistic.metrics import ScoreSums, crps_quantiles
-from tsmix.forecasting.probabilistic.output import forecast_bands
+from tsmix.forecasting.probabilistic.output import forecast_bands, interval_method
 from tsmix.forecasting.probabilistic.spec import DEFAULT_LEVELS, format_level
 
 CRPS_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05 .. 0.95: conformal CRPS quantiles
@@ -44,18 +44,20 @@ class SplitScores:
         self.head, self.calibration = head, calibration
         self.levels = tuple(levels)
         self.sums = ScoreSums(self.levels)
-        self.method = head.name if head.has_intervals else (calibration.method if calibration else None)
+        self.method = interval_method(head, calibration, self.levels)
         self.grid = () if head.has_intervals or calibration is None else tuple(
             q for q in CRPS_GRID if q == 0.5 or calibration.covers(round(abs(200.0 * q - 100.0), 9)))
 
-    def update(self, out: torch.Tensor, y: torch.Tensor) -> None:
-        """One batch: the head output ``out`` and targets y (B, H, C)."""
+    def update(self, out: torch.Tensor, y: torch.Tensor, scale: torch.Tensor | None = None) -> None:
+        """One batch: the head output ``out``, targets y (B, H, C) and the windows' input scale (B, C)
+        (:func:`window_scale`, needed by a scaled conformal calibration)."""
         point = self.head.point(out)
-        _, bands = forecast_bands(self.head, out, self.levels, self.calibration) if self.levels else ("", {})
+        _, bands = forecast_bands(self.head, out, self.levels, self.calibration, scale) \
+            if self.levels else ("", {})
         if self.head.has_intervals:
             crps = self.head.crps(out, y)
         else:
-            qs = self.calibration.quantiles(point, self.grid)  # (B, H, Q, C)
+            qs = self.calibration.quantiles(point, self.grid, scale)  # (B, H, Q, C)
             crps = crps_quantiles(qs, y, self.grid)
         self.sums.update(y, point, bands, crps)
 

@@ -139,3 +139,25 @@ def test_backtest_command(tmp_path, capsys):
     bad = parser.parse_args([*argv[:-4], "--refit", "sometimes"])
     with pytest.raises(TsmixError, match="--refit must be"):
         bad.func(bad)
+
+
+def test_backtest_command_level_adds_interval_columns(tmp_path, capsys):
+    import argparse
+
+    from tsmix.forecasting.backtest_cli import add_backtest_command
+
+    t = np.arange(400)
+    noise = np.random.default_rng(0).normal(0, 0.1, len(t))
+    pd.DataFrame({"date": pd.date_range("2020", periods=len(t), freq="h"),
+                  "a": np.sin(t / 8) + noise}).to_csv(tmp_path / "wide.csv", index=False)
+    parser = argparse.ArgumentParser()
+    add_backtest_command(parser.add_subparsers())
+    args = parser.parse_args(["backtest", "--data", str(tmp_path / "wide.csv"), "--model", "dlinear",
+                              "--lookback", "24", "--horizon", "6", "--epochs", "1", "--no-progress",
+                              "--n-windows", "2", "--level", "80", "95",
+                              "--output", str(tmp_path / "cv.csv")])
+    assert args.func(args) == 0
+    assert "coverage-80" in capsys.readouterr().out
+    cv = pd.read_csv(tmp_path / "cv.csv")
+    assert list(cv.columns)[4:] == ["y_hat", "y_hat-lo-80", "y_hat-hi-80", "y_hat-lo-95", "y_hat-hi-95"]
+    assert (cv["y_hat-lo-95"] <= cv["y_hat-lo-80"]).all() and (cv["y_hat-hi-80"] <= cv["y_hat-hi-95"]).all()

@@ -32,8 +32,8 @@ def test_long_frame_fits_the_panel_estimator_like_panel_forecaster(panel, tmp_pa
     assert list(out.columns[:3]) == ["unique_id", "ds", "y_hat"]
     assert out.groupby("unique_id").size().tolist() == [4, 4, 4]
     pd.testing.assert_frame_equal(out, direct.predict(h=4))
-    with pytest.raises(TsmixError, match="not available for panel"):
-        f.predict(level=[80])
+    # intervals go through the facade to the panel estimator (50%: few validation windows suffice)
+    pd.testing.assert_frame_equal(f.predict(level=[50], h=4), direct.predict(level=[50], h=4))
     run = f.save(tmp_path / "run")
     g = Forecaster.load(run)
     assert g.panel_ is not None
@@ -81,7 +81,7 @@ def test_cli_fit_evaluate_predict_on_a_long_file(panel, tmp_path, capsys):
 
 
 def test_panel_options_on_wide_data_are_refused_before_reading(tmp_path):
-    f = Forecaster("dlinear", lookback=L, horizon=H, production=True, test_size=0, **TINY)
-    with pytest.raises(TsmixError, match="production, test_size apply to long-format panels"):
+    f = Forecaster("dlinear", lookback=L, horizon=H, hist_exog=("x",), val_size=5, **TINY)
+    with pytest.raises(TsmixError, match="hist_exog, val_size apply to long-format panels"):
         f.fit("ETTh1", out=tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -33,6 +33,7 @@ from tsmix.forecasting.probabilistic import (
     pinball_loss,
     resolve_quantiles,
     wide_frame,
+    window_scale,
 )
 from tsmix.forecasting.probabilistic.conformal import Calibration, min_windows
 from tsmix.forecasting.probabilistic.spec import parse_floats
@@ -251,6 +252,54 @@ def test_conformal_coverage_on_iid_noise_and_json_roundtrip():
     np.testing.assert_allclose(cal.radius(95).mean(axis=0), 1.96 * scale, rtol=0.08)
     method, bands = forecast_bands(PointHead(), torch.zeros(h, c), [80], calibration=cal)
     assert method == "split-conformal" and bands[80][0].shape == (h, c)
+
+
+def test_scaled_conformal_follows_each_windows_spread():
+    """Heteroscedastic windows: the noise of each window is proportional to its input spread s(x).
+    Absolute scores give one radius for all (calm windows over-, volatile ones under-covered);
+    scaled scores |r| / s(x) cover each regime at its level, also when calibration and test mix the
+    regimes differently (a volatile validation period, a calm test period)."""
+    g = np.random.default_rng(1)
+    h, c = 3, 2
+
+    def windows(n, p_volatile):
+        s = np.where(g.random((n, c)) < p_volatile, 4.0, 0.5)  # (n, C) window spread
+        return g.standard_normal((n, h, c)) * s[:, None, :], s
+
+    r_cal, s_cal = windows(4000, 0.7)  # calibration: mostly volatile
+    r_test, s_test = windows(20000, 0.2)  # test: mostly calm
+    absolute, scaled = fit_conformal(r_cal), fit_conformal(r_cal, scales=s_cal)
+    assert scaled.scaled and scaled.method == "split-conformal (scaled)" and not absolute.scaled
+    point = np.zeros_like(r_test)
+    for level in (80, 95):
+        lo, hi = scaled.interval(point, level, s_test)
+        assert coverage(r_test, lo, hi) == pytest.approx(level / 100, abs=0.02)
+        calm = s_test[:, None, :].repeat(h, 1) < 1
+        inside = (lo <= r_test) & (r_test <= hi)
+        assert inside[calm].mean() == pytest.approx(level / 100, abs=0.02)  # each regime, not on average
+        assert inside[~calm].mean() == pytest.approx(level / 100, abs=0.03)
+        lo_a, hi_a = absolute.interval(point, level)
+        assert coverage(r_test, lo_a, hi_a) > level / 100 + 0.03  # absolute over-covers the calm test
+    # unit-free: rescaling residuals and spreads together leaves the radii unchanged
+    np.testing.assert_allclose(fit_conformal(7 * r_cal, scales=7 * s_cal).radii, scaled.radii)
+    back = Calibration.from_dict(json.loads(json.dumps(scaled.to_dict())))
+    assert back.score == "scaled_residual" and np.array_equal(back.radii, scaled.radii)
+    lo_t, hi_t = scaled.interval(torch.zeros(5, h, c), 80, torch.as_tensor(s_test[:5]))
+    hi_np = scaled.interval(np.zeros((5, h, c)), 80, s_test[:5])[1]
+    np.testing.assert_allclose(hi_t.numpy(), hi_np, rtol=1e-6)
+    with pytest.raises(TsmixError, match="pass scale=window_scale"):
+        scaled.interval(point, 80)
+    with pytest.raises(TsmixError, match="scales must be finite, positive"):
+        fit_conformal(r_cal, scales=np.zeros_like(s_cal))
+
+
+def test_window_scale_is_the_lookback_spread():
+    x = torch.randn(4, 30, 3, dtype=torch.float64) * torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64)
+    s = window_scale(x)
+    assert s.shape == (4, 3)
+    np.testing.assert_allclose(s.numpy(), np.sqrt(x.numpy().var(axis=1) + 1e-5), rtol=1e-5)
+    assert torch.equal(window_scale(x, out_index=2), s[:, 2:3])  # MS: the forecast channel only
+    assert (window_scale(torch.zeros(1, 8, 2)) > 0).all()  # a flat window keeps a positive scale
 
 
 def test_conformal_rejects_bad_residuals():

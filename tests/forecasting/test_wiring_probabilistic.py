@@ -73,15 +73,17 @@ def test_point_model_gets_conformal_intervals(etth1_slice, tmp_path):
     plain = f.predict()
     assert list(plain.columns) == list(etth1_slice.columns)  # no level, no quantiles: today's frame
     p = f.predict(level=[95, 80], quantiles=[0.1, 0.5])
-    assert p.attrs["interval_method"] == "split-conformal"
+    assert p.attrs["interval_method"] == "split-conformal (scaled)" and cal.scaled
     assert list(p.columns[:7]) == ["date", "HUFL", "HUFL-lo-80", "HUFL-hi-80", "HUFL-lo-95", "HUFL-hi-95",
                                    "HUFL-q0.1"]
     cols = list(etth1_slice.columns[1:])
     np.testing.assert_array_equal(p[cols].to_numpy(), _values(plain))
     scale = np.asarray(f._fitted.scaler.scale_, dtype=np.float64)
-    for lv in (80, 95):  # scaled radius -> original units: only the scale, never the mean (float32 bands)
+    window = (etth1_slice[cols].to_numpy()[-LOOKBACK:] - f._fitted.scaler.mean_) / scale  # scaled units
+    spread = np.sqrt(window.var(axis=0) + 1e-5)  # the forecast window's own scale s(x), per channel
+    for lv in (80, 95):  # radius x s(x) -> original units: only the scale, never the mean (float32 bands)
         hi, lo = (p[[f"{c}-{side}-{lv}" for c in cols]].to_numpy() for side in ("hi", "lo"))
-        np.testing.assert_allclose((hi - lo) / 2, cal.radius(lv) * scale, rtol=1e-6)
+        np.testing.assert_allclose((hi - lo) / 2, cal.radius(lv) * spread * scale, rtol=1e-5)
     np.testing.assert_array_equal(p[[f"{c}-q0.1" for c in cols]].to_numpy(),
                                   p[[f"{c}-lo-80" for c in cols]].to_numpy())
     np.testing.assert_array_equal(p[[f"{c}-q0.5" for c in cols]].to_numpy(), _values(plain))
@@ -94,7 +96,7 @@ def test_point_model_gets_conformal_intervals(etth1_slice, tmp_path):
     assert isinstance(as_polars, pl.DataFrame) and "OT-hi-80" in as_polars.columns
 
     val = f.evaluate("val")["probabilistic"]  # the calibration split: coverage >= level by construction
-    assert val["interval_method"] == "split-conformal" and val["levels"] == ["80", "95"]
+    assert val["interval_method"] == "split-conformal (scaled)" and val["levels"] == ["80", "95"]
     assert val["coverage"]["80"] >= 0.8 and val["coverage"]["95"] >= 0.95
     assert f.metrics_["probabilistic"]["crps_method"].startswith("conformal quantile grid")
 
@@ -106,26 +108,37 @@ def test_point_model_gets_conformal_intervals(etth1_slice, tmp_path):
 
 
 @pytest.mark.parametrize("loss", ["quantile", "normal"])
-def test_probabilistic_heads_train_predict_and_evaluate(loss, etth1_slice, tmp_path):
+@pytest.mark.parametrize("conformal", [False, True])
+def test_probabilistic_heads_train_predict_and_evaluate(loss, conformal, etth1_slice, tmp_path):
     kw = dict(quantiles=[0.1, 0.5, 0.9]) if loss == "quantile" else {}
-    f = _fit(etth1_slice, "patchtst", loss=loss, level=[80], **kw)
+    f = _fit(etth1_slice, "patchtst", loss=loss, level=[80], conformal=conformal, **kw)
     m = f.metrics_
-    assert m["loss"] == loss and f._fitted.calibration is None  # the head's own intervals
+    cal = f._fitted.calibration
+    method = f"{loss}+conformal (scaled)" if conformal else loss  # CQR of the head's bounds, or raw
+    assert m["loss"] == loss and (cal is None) == (not conformal)
+    if conformal:
+        assert cal.adjusts_head and cal.levels == (80.0,) and cal.method == method
     best = f.history[m["best_epoch"] - 1]
     assert m["val_loss"] == best["val_loss"] and m["val_mse"] > 0  # stopped on the head's loss; MSE measured
     prob = m["probabilistic"]
-    assert prob["interval_method"] == loss and prob["levels"] == ["80"] and np.isfinite(prob["crps"])
+    assert prob["interval_method"] == method and prob["levels"] == ["80"] and np.isfinite(prob["crps"])
     p = f.predict(level=[80])
-    assert p.attrs["interval_method"] == loss
+    assert p.attrs["interval_method"] == method
     lo, point, hi = p["OT-lo-80"].to_numpy(), p["OT"].to_numpy(), p["OT-hi-80"].to_numpy()
     assert (lo <= point).all() and (point <= hi).all() and (hi > lo).any()
     run = f.save(tmp_path / "run")
-    assert not (run / "calibration.json").exists()
-    pd.testing.assert_frame_equal(Forecaster.load(run).predict(quantiles=[0.1, 0.9]),
-                                  f.predict(quantiles=[0.1, 0.9]))
+    assert (run / "calibration.json").exists() == conformal
+    pd.testing.assert_frame_equal(Forecaster.load(run).predict(quantiles=[0.1, 0.9], level=[80]),
+                                  f.predict(quantiles=[0.1, 0.9], level=[80]))
+    both = f.predict(quantiles=[0.1, 0.9], level=[80])  # the quantile columns are the band's bounds
+    np.testing.assert_array_equal(both["OT-q0.1"].to_numpy(), both["OT-lo-80"].to_numpy())
+    np.testing.assert_array_equal(both["OT-q0.9"].to_numpy(), both["OT-hi-80"].to_numpy())
     if loss == "quantile":
         with pytest.raises(TsmixError, match="quantile 0.3 was not trained"):
             f.predict(quantiles=[0.3])
+    val = f.evaluate("val")["probabilistic"]  # conformalized on these windows: coverage >= level
+    if conformal:
+        assert val["coverage"]["80"] >= 0.8
 
 
 @pytest.mark.parametrize("command", ["fit", "predict"])
@@ -148,12 +161,12 @@ def test_cli_quantile_fit_and_predict(etth1_slice, tmp_path, capsys):
             "0.1,0.5,0.9", "--level", "50", "80", "--out", str(run)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "intervals (quantile):  coverage 50% " in printed
+    assert "intervals (quantile+conformal (scaled)):  coverage 50% " in printed
     cfg = json.loads((run / "config.json").read_text())["config"]
     assert cfg["quantiles"] == [0.1, 0.5, 0.9] and cfg["level"] == [50.0, 80.0]
     assert main(["predict", "--run", str(run), "--output", str(out), "--level", "80", "--quantiles",
                  "0.5"]) == 0
-    assert "(intervals: quantile)" in capsys.readouterr().out
+    assert "(intervals: quantile+conformal (scaled))" in capsys.readouterr().out
     assert list(pd.read_csv(out).columns[:5]) == ["date", "HUFL", "HUFL-lo-80", "HUFL-hi-80", "HUFL-q0.5"]
 
 

@@ -1,5 +1,6 @@
 """The pyfunc model is portable: it bundles tsmix and its requirements, loads where tsmix is not
-importable, takes string dates, integer columns and a ``horizon`` param, and serves CSV and JSON."""
+importable, takes string dates, integer columns and ``horizon`` / ``level`` / ``quantiles`` params, and
+serves CSV and JSON."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tsmix.tuning.pyfunc import input_example
 from tsmix.tuning.tracking import track_fit, using_tracking
 
 LOOKBACK, HORIZON = 48, 12
+QS = [0.1, 0.9]  # quantiles asked of the served model
 
 # Run in a fresh interpreter: every import of tsmix from anywhere but the model directory
 # raises ImportError (covers editable finders, .pth files and site-packages alike), then the
@@ -153,6 +155,24 @@ def test_horizon_and_level_params(logged):
         model.predict(example.tail(LOOKBACK - 1))
     schema = {p.name: p for p in model.metadata.get_params_schema().params}
     assert schema["horizon"].default == HORIZON and schema["level"].shape == (-1,)
+    assert schema["quantiles"].default == [] and schema["quantiles"].shape == (-1,)
+
+
+def test_quantiles_param_returns_the_forecasters_columns(logged):
+    """The MSE model's conformal quantiles: the columns and values of ``Forecaster.predict``."""
+    f, example, _, model = logged
+    want = f.predict(example, quantiles=[0.1, 0.9]).iloc[:5]
+    got = model.predict(example, params={"quantiles": [0.1, 0.9], "horizon": 5})
+    assert "OT-q0.1" in got.columns and "OT-q0.9" in got.columns
+    assert list(got.columns) == list(want.columns) and got["date"].tolist() == want["date"].tolist()
+    np.testing.assert_allclose(values(got), values(want), rtol=1e-6)
+    assert (got["OT-q0.1"] < got["OT-q0.9"]).all()
+    both = model.predict(example, params={"quantiles": [0.5], "level": [80]})
+    assert {"OT-q0.5", "OT-lo-80", "OT-hi-80"} <= set(both.columns)
+    for bad in ([1.5], [0.0], [0.2, 0.2]):  # the library's checks, served as 400s
+        with pytest.raises(TsmixError, match="quantiles") as err:
+            model.predict(example, params={"quantiles": bad})
+        assert isinstance(err.value, MlflowException)
 
 
 def test_input_example_keeps_the_data_zone(logged, mini_csv):
@@ -194,6 +214,8 @@ def test_rest_serves_csv_and_json(logged, tmp_path, svc):
             "split": post(json.dumps({"dataframe_split": split, "params": {"horizon": 6}}), js),
             "records": post(json.dumps({"dataframe_records": records}), js),
             "too long": post(json.dumps({"dataframe_split": split, "params": {"horizon": 99}}), js),
+            "quantiles": post(json.dumps({"dataframe_split": split, "params": {"quantiles": QS}}), js),
+            "bad quantile": post(json.dumps({"dataframe_split": split, "params": {"quantiles": [1.5]}}), js),
         }
     finally:
         svc.stop(proc)
@@ -207,3 +229,11 @@ def test_rest_serves_csv_and_json(logged, tmp_path, svc):
         np.testing.assert_allclose(values(got), values(want)[:rows], rtol=1e-6, err_msg=key)
     status, body = answers["too long"]
     assert status == 400 and "horizon=99 is longer than the 12 steps" in json.loads(body)["message"]
+    status, body = answers["quantiles"]
+    assert status == 200, body[-2000:]
+    got = pd.DataFrame(json.loads(body)["predictions"])
+    want = model.predict(example, params={"quantiles": QS})
+    assert list(got.columns) == list(want.columns) and "OT-q0.9" in got.columns
+    np.testing.assert_allclose(values(got), values(want), rtol=1e-6)
+    status, body = answers["bad quantile"]
+    assert status == 400 and "quantiles" in json.loads(body)["message"]

