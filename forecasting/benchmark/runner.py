@@ -73,6 +73,19 @@ def _config_json(forecaster: Any) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
+def interval_columns(prob: dict[str, Any] | None) -> dict[str, Any]:
+    """The row's interval columns from an evaluation's ``probabilistic`` block (all None without one)."""
+    prob = prob or {}
+    cover, width = prob.get("coverage") or {}, prob.get("width") or {}
+    return {"interval_method": prob.get("interval_method"), "crps": prob.get("crps"),
+            "pinball": prob.get("pinball"), "coverage_80": cover.get("80"), "coverage_95": cover.get("95"),
+            "width_80": width.get("80"), "width_95": width.get("95")}
+
+
+def _config_value(forecaster: Any, name: str) -> Any:
+    return getattr(getattr(forecaster, "config", None), name, None)
+
+
 def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
             threads: int | None = None) -> dict[str, Any]:
     """Train and score one run; return its result row (not yet stored)."""
@@ -83,7 +96,8 @@ def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     m = dict(forecaster.metrics_)
     if m.get("protocol", "fair") == "fair" and m.get("mse") is not None:  # fit already scored the test set
-        fair = {"mse": m["mse"], "mae": m["mae"], "windows": m.get("test_windows")}
+        fair = {"mse": m["mse"], "mae": m["mae"], "windows": m.get("test_windows"),
+                "probabilistic": m.get("probabilistic")}
     else:
         fair = forecaster.evaluate("test", protocol="fair")
     try:  # what the official scripts scored: the last partial test batch dropped
@@ -101,6 +115,8 @@ def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
         "train_seconds": float(m.get("train_seconds") or wall), "cpu_seconds": cpu,
         "params": int(m.get("params") or getattr(forecaster, "n_params", 0)),
         "test_windows": int(fair.get("windows") or 0),
+        "loss": str(_config_value(forecaster, "loss") or "mse"),
+        **interval_columns(fair.get("probabilistic")),
         "device": str(m.get("device") or _device_of(forecaster)), "torch": torch.__version__,
         "threads": torch.get_num_threads(), "host": socket.gethostname(), "commit": git_commit(),
         "config_hash": spec.config_hash, "config": _config_json(forecaster),

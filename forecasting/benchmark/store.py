@@ -38,13 +38,19 @@ COLUMNS = KEY_COLUMNS + (
     "cpu_seconds",  # process CPU time of fit() (training + its evaluations): robust to machine load
     "params",  # trainable parameters
     "test_windows",  # windows scored under the fair protocol
+    # intervals on the fair test windows (empty for a model without any: no head intervals or calibration)
+    "loss",  # the head's training loss (mse, mae, quantile, normal, studentt)
+    "interval_method",  # where the intervals come from (split-conformal (scaled), quantile+conformal, ...)
+    "crps", "pinball",  # CRPS (its approximation depends on the head) and mean pinball, scaled data
+    "coverage_80", "coverage_95", "width_80", "width_95",  # empirical coverage and mean width per level
     "device", "torch", "threads", "host", "commit",
     "config_hash",  # hash of the recipe (RunSpec.recipe): a changed grid marks old rows stale
     "config",  # the Forecaster config as JSON, for tracing a row back to its run
     "finished_at",  # ISO time the row was written
 )
 _INT = {"horizon", "lookback", "seed", "epochs", "params", "test_windows", "threads"}
-_FLOAT = {"mse", "mae", "mse_paper", "mae_paper", "val_mse", "train_seconds", "cpu_seconds"}
+_FLOAT = {"mse", "mae", "mse_paper", "mae_paper", "val_mse", "train_seconds", "cpu_seconds", "crps",
+          "pinball", "coverage_80", "coverage_95", "width_80", "width_95"}
 LOCK_NAME = ".rows.tsmix-lock"  # beside the rows; readers glob *.csv only
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

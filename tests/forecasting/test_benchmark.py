@@ -192,6 +192,10 @@ def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
         assert math.isfinite(r["mse"]) and 0 < r["mse"] < 5 and r["mse_paper"] is not None
         assert r["protocol"] == "fair/first-1200-rows" and r["epochs"] == 1 and r["params"] > 0
         assert r["test_windows"] > 100  # every test window of the slice
+        # interval columns: point models carry their conformal intervals' scores
+        assert r["loss"] == "mse" and r["interval_method"] == "split-conformal (scaled)"
+        assert 0 < r["coverage_80"] <= r["coverage_95"] <= 1 and 0 < r["width_80"] < r["width_95"]
+        assert r["crps"] > 0 and r["pinball"] > 0
 
     # Resume through the CLI: nothing left to run, no duplicate row, report rendered.
     argv = ["benchmark", "--suite", "smoke", "--mixers", "softmax", "--results", str(results),
