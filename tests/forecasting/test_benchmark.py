@@ -301,8 +301,31 @@ def test_git_commit_is_the_checkout_head():
     root = Path(tsmix.__file__).resolve().parent.parent
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
     head = out.stdout.strip()
-    assert head and git_commit(short=False) == head and head.startswith(git_commit())
+    assert head and git_commit(short=False).removesuffix("+dirty") == head
+    assert head.startswith(git_commit().removesuffix("+dirty"))
     assert runner_mod.git_commit() == git_commit()  # the benchmark's lookup is the shared one
+
+
+def test_checkout_commit_marks_changed_tracked_files(tmp_path):
+    import subprocess
+
+    from tsmix.provenance import checkout_commit
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("1\n")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    head = git("rev-parse", "HEAD")
+    assert checkout_commit(tmp_path, short=False) == head
+    (tmp_path / "new.txt").write_text("untracked\n")  # untracked files do not change the result
+    assert checkout_commit(tmp_path, short=False) == head
+    (tmp_path / "a.txt").write_text("2\n")
+    assert checkout_commit(tmp_path, short=False) == head + "+dirty"
+    assert checkout_commit(tmp_path / "nowhere") == "unknown"
 
 
 def test_benchmark_mlflow_logging_leaves_the_global_tracking_uri_alone(tmp_path, monkeypatch):
