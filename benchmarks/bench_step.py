@@ -36,17 +36,24 @@ PATCH = dict(batch=896, tokens=42, dim=16, heads=4)  # 128 windows x 7 channels,
 VARIATE = dict(batch=128, tokens=7, dim=128, heads=8)  # iTransformer on ETTh1: one token per variate
 
 
+def _clock() -> Callable[[], float]:
+    """Process CPU time at one thread (robust to other jobs); wall time with more threads, where CPU
+    time would add the threads up and hide the speed-up."""
+    return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 def _alternate(fns: dict[str, Callable[[], None]], rounds: int, warmup: int = 1) -> dict[str, float]:
-    """Median process-CPU seconds of each fn, rounds interleaved."""
+    """Median seconds of each fn (:func:`_clock`), rounds interleaved."""
     for f in fns.values():
         for _ in range(warmup):
             f()
+    clock = _clock()
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
-            t0 = time.process_time()
+            t0 = clock()
             f()
-            times[k].append(time.process_time() - t0)
+            times[k].append(clock() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -252,10 +259,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="batch axis, as multiples of the real batch")
     ap.add_argument("--lookback-values", type=int, nargs="*", default=[336, 720, 1440, 2880])
     ap.add_argument("--out", default=None, help="also write the report here (atomically)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (2-thread figures need an otherwise idle machine)")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit("--rounds must be >= 1")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     lines: list[str] = []
 
     def log(s: str) -> None:
@@ -264,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with open("/proc/loadavg") as fh:
         load = " ".join(fh.read().split()[:3])
-    log(f"# bench_step: torch {torch.__version__}, 1 thread, process CPU time, load average {load}")
+    clock = "process CPU time" if args.threads == 1 else "wall time"
+    log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, load average {load}")
     log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     chosen = [s for s in ("step", "mixers", "inference", "lookbacks") if getattr(args, s)]
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:

@@ -99,7 +99,9 @@ def render(results: dict[str, Any]) -> str:
         "Pinball: mean pinball loss over the median and both bounds of each level (the same quantiles for "
         "every row, so comparable across rows). The CRPS approximations differ per head (closed form for "
         "`normal`, 2 x mean pinball over the 5 trained quantiles for `quantile`, over 19 conformal quantiles "
-        "0.05..0.95 for `mse`), so compare CRPS across rows with that in mind.",
+        "0.05..0.95 for `mse`), so compare CRPS across rows with that in mind. The CRPS of a `+conformal` "
+        "row is its head's own distribution's: the adjustment moves the interval bounds, which coverage, "
+        "width and pinball see.",
         "",
         "Coverage is only guaranteed for test windows exchangeable with the calibration windows. On ETTh1 "
         "the validation months are more volatile than the test months (val MSE about twice the test MSE): "
