@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,8 +10,10 @@ import subprocess
 import sys
 import time
 import types
+import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,10 +70,39 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def serve(model_dir: Path, cwd: Path) -> Iterator[Callable[[str, str], tuple[int, str]]]:
+    """``mlflow models serve`` of ``model_dir`` (local env) on a free port; yields ``post(body,
+    content_type) -> (status, text)`` for /invocations, and stops the server on exit."""
+    port = free_port()
+    log = cwd / "serve.log"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "--env-manager", "local", "-m", str(model_dir),
+           "-h", "127.0.0.1", "-p", str(port)]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=child_env(),
+                                start_new_session=True)
+
+    def post(body: str, content_type: str) -> tuple[int, str]:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body.encode(),
+                                     headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    try:
+        wait_http(f"http://127.0.0.1:{port}/ping", proc, 120, log)
+        yield post
+    finally:
+        stop(proc)
+
+
 @pytest.fixture(scope="session")
 def svc() -> types.SimpleNamespace:
     """The helpers above for test modules (importlib mode: test files cannot import conftest)."""
-    return types.SimpleNamespace(free_port=free_port, wait_http=wait_http, stop=stop, child_env=child_env)
+    return types.SimpleNamespace(free_port=free_port, wait_http=wait_http, stop=stop, child_env=child_env,
+                                 serve=serve)
 
 
 @pytest.fixture(scope="session")

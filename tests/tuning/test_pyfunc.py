@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from importlib.metadata import requires
 from pathlib import Path
 
@@ -187,28 +185,10 @@ def test_input_example_keeps_the_data_zone(logged, mini_csv):
 @pytest.mark.slow
 def test_rest_serves_csv_and_json(logged, tmp_path, svc):
     f, example, model_dir, model = logged
-    port = svc.free_port()
-    log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "--env-manager", "local", "-m", str(model_dir),
-           "-h", "127.0.0.1", "-p", str(port)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=svc.child_env(),
-                                start_new_session=True)
-
-    def post(body: str, content_type: str) -> tuple[int, str]:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body.encode(),
-                                     headers={"Content-Type": content_type})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
     split = json.loads(example.to_json(orient="split", date_format="iso", index=False))
     records = json.loads(example.to_json(orient="records", date_format="iso"))
-    try:
-        svc.wait_http(f"http://127.0.0.1:{port}/ping", proc, 120, log)
-        js = "application/json"
+    js = "application/json"
+    with svc.serve(model_dir, tmp_path) as post:
         answers = {
             "csv": post(example.to_csv(index=False), "text/csv"),
             "split": post(json.dumps({"dataframe_split": split, "params": {"horizon": 6}}), js),
@@ -217,8 +197,6 @@ def test_rest_serves_csv_and_json(logged, tmp_path, svc):
             "quantiles": post(json.dumps({"dataframe_split": split, "params": {"quantiles": QS}}), js),
             "bad quantile": post(json.dumps({"dataframe_split": split, "params": {"quantiles": [1.5]}}), js),
         }
-    finally:
-        svc.stop(proc)
     want = model.predict(example)
     for key, rows in (("csv", HORIZON), ("split", 6), ("records", HORIZON)):
         status, body = answers[key]

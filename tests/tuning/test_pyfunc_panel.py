@@ -9,8 +9,6 @@ import json
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -208,35 +206,15 @@ def test_rest_serves_long_json_and_csv(covariates, tmp_path, svc):
     history, future = split_tail(df, H)
     request = pd.concat([history.groupby("unique_id").tail(L), future.assign(y=np.nan, load=np.nan)])
     want = model.predict(request, params={"horizon": 4})
-    port = svc.free_port()
-    log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "--env-manager", "local", "-m", str(model_dir),
-           "-h", "127.0.0.1", "-p", str(port)]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=svc.child_env(),
-                                start_new_session=True)
-
-    def post(body: str, content_type: str) -> tuple[int, str]:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body.encode(),
-                                     headers={"Content-Type": content_type})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
     split = json.loads(request.to_json(orient="split", date_format="iso", index=False))  # NaN -> null
     js = "application/json"
-    try:
-        svc.wait_http(f"http://127.0.0.1:{port}/ping", proc, 120, log)
+    with svc.serve(model_dir, tmp_path) as post:
         answers = {
             "json": post(json.dumps({"dataframe_split": split, "params": {"horizon": 4}}), js),
             "csv": post(request.to_csv(index=False), "text/csv"),  # empty cells
             "no promo": post(json.dumps({"dataframe_split": json.loads(request.drop(columns="promo").to_json(
                 orient="split", date_format="iso", index=False))}), js),
         }
-    finally:
-        svc.stop(proc)
     for key, rows in (("json", 4), ("csv", H)):
         status, body = answers[key]
         assert status == 200, (key, body[-2000:])

@@ -4,19 +4,21 @@ set -euo pipefail
 cd "$(dirname "$0")"
 T="--threads 1"
 BIDIR=$(tsmix mixers --json | python -c "import json,sys; print(','.join(r['name'] for r in json.load(sys.stdin) if r['bidirectional']))")
-# vision: digits, patch tokens, every bidirectional mixer; sequential pixels (64 tokens) for a few causal ones
+CAUSAL=$(tsmix mixers --json | python -c "import json,sys; print(','.join(r['name'] for r in json.load(sys.stdin) if r['causal']))")
+# vision: digits, patch tokens, every bidirectional mixer; sequential pixels (64 tokens): every causal mixer
+# causally, the bidirectional-only YB mixers bidirectionally
 tsmix vision --dataset digits --mixers "$BIDIR" --epochs 2 --out vision.csv $T
-tsmix vision --dataset digits --mode pixel --causal --mixers softmax,linear,gla,fem-sm --epochs 2 --out vision.csv $T
-tsmix vision --dataset digits --mode pixel --mixers yb-spectral --epochs 2 --out vision.csv --table vision.md $T
+tsmix vision --dataset digits --mode pixel --causal --mixers "$CAUSAL" --epochs 2 --out vision.csv $T
+tsmix vision --dataset digits --mode pixel --mixers yb-spectral,yb-brickwall --epochs 2 --out vision.csv --table vision.md $T
 # induction heads, trained at 64 tokens, tested at 64 / 256 / 1024 (bidirectional, sinusoidal positions)
 tsmix task induction --mixers yb-spectral,softmax,linear --out induction.csv --table induction.md $T
 # ListOps: the recurrent energy mixers as one bare block (their own MLP), softmax as 2 GPT blocks
 tsmix task listops --mixers nrgpt,gpt-rec-parallel --layers 1 --ffn none --out listops.csv $T
 tsmix task listops --mixers softmax --out listops.csv --table listops.md $T
-# MAD, six tasks, causal mixers (positions by capability)
-tsmix task mad --mixers softmax,fem-sm,gla --out mad.csv --table mad.md $T
-# FEM C/L/T/G leave-one-out ablation on the two recall tasks, learned positions for every row
-A="--tasks in-context-recall,noisy-in-context-recall --positions learned --out mad_ablation.csv"
+# MAD, six tasks, every causal mixer, seeds 0 and 1 (positions by capability)
+tsmix task mad --mixers "$CAUSAL" --seeds 0,1 --out mad.csv --table mad.md $T
+# FEM C/L/T/G leave-one-out ablation on all six tasks, learned positions for every row
+A="--positions learned --out mad_ablation.csv"
 tsmix task mad --mixers fem-sm $A $T
 for O in cond=false lse=false temperature=false outer_gate=false; do
   tsmix task mad --mixers fem-sm -o "$O" $A --table mad_ablation.md $T
