@@ -123,8 +123,8 @@ def dataset_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse
         avgs[k] = (m, sd, len(vals)) if m is not None else None
     best = {h: min((per[h][f"{metric}_mean"] for per in rows.values() if h in per), default=None) for h in hs}
     best_avg = min((a[0] for a in avgs.values() if a), default=None)
-    header = "| model · mixer | " + " | ".join(f"H={h}" for h in hs) + " | avg | seeds |"
-    lines = [header, "|---|" + "---:|" * (len(hs) + 2)]
+    header = "| model · mixer | " + " | ".join(f"H={h}" for h in hs) + " | avg | seeds | CPU s/run |"
+    lines = [header, "|---|" + "---:|" * (len(hs) + 3)]
     for k in rows:
         per = rows[k]
         cells = [_cell(per[h][f"{metric}_mean"], per[h][f"{metric}_std"],
@@ -132,7 +132,9 @@ def dataset_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse
         a = avgs[k]
         seeds = min(per[h]["seeds"] for h in per)
         avg_cell = _cell(a[0], a[1], a[0] == best_avg, a[2]) if a else "—"
-        lines.append(f"| {_row_label(*k)} | " + " | ".join(cells) + f" | {avg_cell} | {seeds} |")
+        cpu = [r["cpu_seconds"] for g in per.values() for r in g["per_seed"].values() if r.get("cpu_seconds")]
+        cost = f"{statistics.fmean(cpu):.0f}" if cpu else "—"  # process CPU s of fit(): robust to load
+        lines.append(f"| {_row_label(*k)} | " + " | ".join(cells) + f" | {avg_cell} | {seeds} | {cost} |")
     pm = "mse" if metric.startswith("mse") else "mae"  # published tables have mse/mae only
     for ref in references:
         vals = [lookup(ref, dataset, h) for h in hs]
@@ -143,8 +145,56 @@ def dataset_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse
         lb = f", L={proto['lookback']}" if proto and proto.get("lookback") else ""
         cells = [f"*{v[pm]:.3f}*" if v and v[pm] is not None else "—" for v in vals]
         lines.append(f"| *published: {ref}{lb}* | " + " | ".join(cells)
-                     + f" | {f'*{avg:.3f}*' if avg is not None else '—'} | |")
+                     + f" | {f'*{avg:.3f}*' if avg is not None else '—'} | | |")
     return "\n".join(lines)
+
+
+def _paired(diffs: Sequence[float]) -> str:
+    """``+0.004 ± 0.002`` (mean difference ± its standard error, n seeds), bold when |mean| > 2 SE."""
+    if not diffs:
+        return "—"
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return f"{mean:+.4f} (n=1)"
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    cell = f"{mean:+.4f} ± {se:.4f}"
+    return f"**{cell}**" if abs(mean) > 2 * se else cell
+
+
+def paired_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse",
+                 reference: str = "softmax") -> str:
+    """Markdown table of each mixer's difference to ``reference`` in the same model and lookback,
+    paired over the seeds both have (per horizon, and for the per-seed horizon average): mean
+    difference ± standard error; negative is better. Bold: |mean| > 2 SE (more than seed noise)."""
+    gs = [g for g in groups if g["dataset"] == dataset and g[f"{metric}_mean"] is not None]
+    by: dict[tuple, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for g in gs:
+        by[(g["model"], g["mixer"], int(g["lookback"]))][int(g["horizon"])] = g
+    hs = sorted({int(g["horizon"]) for g in gs})
+    lines = []
+    for (model, mixer, lookback), per in by.items():
+        ref = by.get((model, reference, lookback))
+        if mixer in (reference, NO_MIXER) or ref is None:
+            continue
+        cells, avg_diffs = [], defaultdict(list)
+        for h in hs:
+            if h not in per or h not in ref:
+                cells.append("—")
+                continue
+            a, b = per[h]["per_seed"], ref[h]["per_seed"]
+            shared = sorted(s for s in set(a) & set(b) if a[s].get(metric) is not None
+                            and b[s].get(metric) is not None)
+            diffs = [a[s][metric] - b[s][metric] for s in shared]
+            cells.append(_paired(diffs))
+            for s, d in zip(shared, diffs):
+                avg_diffs[s].append(d)
+        full = [statistics.fmean(v) for v in avg_diffs.values() if len(v) == len(hs)]
+        label = _row_label(model, mixer, lookback)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_paired(full)} |")
+    if not lines:
+        return ""
+    header = f"| {metric} − {reference} (same seeds) | " + " | ".join(f"H={h}" for h in hs) + " | avg |"
+    return "\n".join([header, "|---|" + "---:|" * (len(hs) + 1), *lines])
 
 
 def render_markdown(groups: list[dict[str, Any]], suite: str, notes: str = "",
@@ -175,6 +225,10 @@ def render_markdown(groups: list[dict[str, Any]], suite: str, notes: str = "",
         refs = TABLE_REFERENCES if full else ()
         lines += [f"## {d}", "", "### MSE (fair protocol)", "",
                   dataset_table(groups, d, "mse", references=refs), ""]
+        paired = paired_table(groups, d, "mse")
+        if paired:
+            lines += ["### MSE difference to softmax, paired over seeds (fair protocol; negative is better, "
+                      "bold: more than 2 standard errors)", "", paired, ""]
         lines += ["### MAE (fair protocol)", "", dataset_table(groups, d, "mae", references=refs), ""]
         paper = dataset_table(groups, d, "mse_paper", references=("PatchTST/42", "DLinear") if full else ())
         if paper:

@@ -26,7 +26,7 @@ from tsmix.forecasting.benchmark import (
     write_report,
 )
 from tsmix.forecasting.benchmark import runner as runner_mod
-from tsmix.forecasting.benchmark.report import dataset_table
+from tsmix.forecasting.benchmark.report import dataset_table, paired_table
 from tsmix.forecasting.benchmark.speed import (
     SpeedConfig,
     fit_exponent,
@@ -218,7 +218,7 @@ def test_report_tables_from_rows(tmp_path):
     for seed, noise in zip((1, 2, 3), (-0.01, 0.0, 0.01)):
         for i, h in enumerate(hs):
             store.put(_row(suite="quick", horizon=h, seed=seed, mse=0.40 + 0.01 * i + noise, mae=0.42,
-                           mse_paper=0.39 + 0.01 * i, train_seconds=10.0, params=1000))
+                           mse_paper=0.39 + 0.01 * i, train_seconds=10.0, cpu_seconds=10.0, params=1000))
             store.put(_row(suite="quick", horizon=h, seed=seed, mixer="other", mse=0.45 + noise, mae=0.41,
                            train_seconds=20.0, params=3000))
             store.put(_row(suite="quick", horizon=h, seed=seed, model="dlinear", mixer=NO_MIXER, mse=0.417,
@@ -237,9 +237,16 @@ def test_report_tables_from_rows(tmp_path):
     assert "**" not in lines["patchtst · other (L=336)"].split("|")[2]
     pub = lines["*published: PatchTST/42, L=336*"]
     assert "*0.375*" in pub and "*0.417*" in pub  # (.375+.414+.431+.449)/4
+    assert soft.rstrip(" |").endswith("10")  # CPU s/run: mean cpu_seconds of the row's runs
+    # paired over seeds: "other" - softmax = 0.05 - 0.01 i per horizon, the same for every seed (SE 0)
+    paired = {ln.split("|")[1].strip(): ln for ln in paired_table(groups, "ETTh1", "mse").splitlines()[2:]}
+    assert set(paired) == {"patchtst · other (L=336)"}  # softmax is the reference, dlinear has no mixer
+    other = paired["patchtst · other (L=336)"].split("|")
+    assert other[2].strip() == "**+0.0500 ± 0.0000**" and other[5].strip() == "**+0.0200 ± 0.0000**"
+    assert other[6].strip() == "**+0.0350 ± 0.0000**"  # per-seed horizon average
     files = write_report(tmp_path, "quick")
     md = files["markdown"].read_text()
-    assert "paper protocol" in md and "published: DLinear" in md
+    assert "paper protocol" in md and "published: DLinear" in md and "paired over seeds" in md
     summary = list(csv.DictReader(open(files["summary"])))
     assert len(summary) == 12 and {s["seeds"] for s in summary} == {"3"}
     assert files["mse_vs_params"].stat().st_size > 1000
