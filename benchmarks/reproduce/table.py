@@ -134,7 +134,61 @@ def build(rows: list[dict]) -> str:
                   f"({rs[0]['threads']} thread(s), shared 2-core CPU; wall-clock, so it includes "
                   "contention from other jobs).", ""]
     lines += ["✗ marks a gap beyond the target tolerance.", ""]
+    lines += mixer_section(rows)
     return "\n".join(lines)
+
+
+def _paired(diffs: list[float]) -> str:
+    """Mean difference ± its standard error over seeds; bold beyond 2 SE; ``(n=1)`` for one seed."""
+    if not diffs:
+        return "—"
+    mean = statistics.mean(diffs)
+    if len(diffs) < 2:
+        return f"{mean:+.4f} (n=1)"
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    cell = f"{mean:+.4f} ± {se:.4f}"
+    return f"**{cell}**" if abs(mean) > 2 * se else cell
+
+
+def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "softmax") -> list[str]:
+    """Every patch-encoder mixer against ``reference`` under the same capped recipe: fair test MSE
+    difference paired over the seeds both ran (per horizon and for the per-seed 4-horizon average),
+    the mixer's own 4-horizon average and its training seconds per run."""
+    runs: dict[tuple, dict[int, float]] = defaultdict(dict)  # (mixer, dataset, h) -> {seed: mse}
+    secs: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["model"] == "patchtst" and int(r["epochs_max"]) == epochs_max:
+            runs[(r["mixer"], r["dataset"], int(r["horizon"]))][int(r["seed"])] = float(r["mse"])
+            secs[r["mixer"]].append(float(r["train_seconds"]))
+    mixers = sorted({k[0] for k in runs} - {reference})
+    if not mixers:
+        return []
+    title = f"## Mixers against {reference}: PatchTST recipe capped at {epochs_max} epochs, fair protocol"
+    lines = [title, "",
+             f"Test MSE difference to {reference}, paired over the seeds both ran (mean ± standard error; "
+             "negative is better; **bold** beyond 2 standard errors, i.e. more than seed noise; `n=1`: one "
+             "seed, no error bar). `avg`: each seed's 4-horizon average difference. `own avg`: the mixer's "
+             "4-horizon average fair MSE over its seeds with all four horizons. `train s/run`: wall-clock "
+             "training seconds, inflated by whatever else ran on the shared CPU.", "",
+             "| mixer | dataset | H=96 | H=192 | H=336 | H=720 | avg | own avg | seeds | train s/run |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for mixer in mixers:
+        for dataset in sorted({k[1] for k in runs if k[0] == mixer}):
+            cells, per_seed = [], defaultdict(list)
+            for h in HORIZONS:
+                a, b = runs.get((mixer, dataset, h), {}), runs.get((reference, dataset, h), {})
+                shared = sorted(set(a) & set(b))
+                cells.append(_paired([a[s] - b[s] for s in shared]))
+                for s in shared:
+                    per_seed[s].append(a[s] - b[s])
+            full = [statistics.mean(v) for v in per_seed.values() if len(v) == len(HORIZONS)]
+            own_seeds = set.intersection(*(set(runs.get((mixer, dataset, h), {})) for h in HORIZONS))
+            own = [statistics.mean(runs[(mixer, dataset, h)][s] for h in HORIZONS) for s in own_seeds]
+            own_cell = f"{statistics.mean(own):.4f}" if own else "—"
+            seeds = max(len(runs.get((mixer, dataset, h), {})) for h in HORIZONS)
+            lines.append(f"| {mixer} | {dataset} | " + " | ".join(cells) + f" | {_paired(full)} | "
+                         f"{own_cell} | {seeds} | {statistics.mean(secs[mixer]):.0f} |")
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
