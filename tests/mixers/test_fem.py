@@ -252,6 +252,68 @@ def test_conditioning_branch_exact_on_10000_steps(causal):
     assert err < 1e-4, err
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("n", [1, 2, 23, 300])  # 300: past SHORT_SCAN_MAX_LEN, the chunked scan
+def test_conditioning_gain_equals_one_plus_reference(causal, n):
+    """C's fused gain (layout-permuted norms, step-loop scan with a hand-written backward) and
+    its fused modulation ``z * gain`` (token- and channel-major) against 1 + its plain loop
+    reference: values and gradients, float64."""
+    torch.manual_seed(1)
+    c = TimeDecayCondition(DIM, 4, 24, causal, True).double()
+    with torch.no_grad():
+        c.proj.normal_(0.0, 0.5)
+        c.inp.bias[8:].fill_(-1.0)
+        c.ln.weight.normal_(1.0, 0.3)
+        c.ln.bias.normal_(0.0, 0.3)
+    x = _x(n, 16).requires_grad_(True)
+    z = torch.randn(*x.shape[:2], 24, dtype=f64, requires_grad=True)
+    ref = 1.0 + c.reference(x)
+    zt = z.detach().flatten(0, 1).t().contiguous().requires_grad_(True)  # channel-major (24, B N)
+    forms = [  # (fast, plain, leaves): gain, gain channel-major, and the fused z * gain both ways
+        (c.gain(x), ref, [x]),
+        (c.gain_t(x), ref.flatten(0, 1).t(), [x]),
+        (c.modulate(z, x), z * ref, [x, z]),
+        (c.modulate_t(zt, x), zt * ref.flatten(0, 1).t(), [x, zt]),
+    ]
+    for y, r, leaves in forms:
+        torch.testing.assert_close(y, r, rtol=1e-12, atol=1e-12)
+        w = torch.randn_like(y)
+        g1 = torch.autograd.grad((y * w).sum(), [*leaves, *c.parameters()], retain_graph=True)
+        g2 = torch.autograd.grad((r * w).sum(), [*leaves, *c.parameters()], retain_graph=True)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def _plain_forward(m, x):
+    """The plain-layout forward (C's forward, _project, _pack, _unpack, _mix)."""
+    s = m.cond(x) if m.cond is not None else None
+    pin, v, lam, g, beta = m._project(x, s)
+    return m.out(m._mix(*m._unpack(m._prior_read(pin, m._pack(v, beta)), beta), lam, g))
+
+
+@pytest.mark.parametrize("name", PRIORS)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    "opts", OPTION_SETS[:4], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "-"
+)
+def test_fast_layout_equals_plain_layout_float32(name, causal, opts):
+    """The fast data flow against the plain one on the same prior read, float32 at the patch
+    encoder's head width (dv = 2): equal within float32 rounding, outputs and gradients."""
+    torch.manual_seed(0)
+    m = tsmix.build_mixer(name, DIM, heads=4, causal=causal, **opts).eval()
+    if m.cond is not None:
+        with torch.no_grad():
+            m.cond.proj.normal_(0.0, 0.5)
+    x = _x(42, 17, torch.float32, batch=3).requires_grad_(True)
+    y, r = m(x), _plain_forward(m, x)
+    torch.testing.assert_close(y, r, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(y)
+    g1 = torch.autograd.grad((y * w).sum(), [x, *m.parameters()])
+    g2 = torch.autograd.grad((r * w).sum(), [x, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------- budget, options
 
 

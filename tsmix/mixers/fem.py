@@ -2,7 +2,9 @@
 
 The shared FEM read (options, C/L/T/G components, streaming) is
 :class:`tsmix.mixers._fem_core.FreeEnergyMixer`; each class here defines one selection prior
-(``tsmix.ops.fem_priors``) on top of it.
+(``tsmix.ops.fem_priors``) on top of it. On CPU at short sequences with narrow heads (the
+encoders' shapes) ``fem-sm`` runs its whole read channel-major (:meth:`FEMSoftmax._forward_t`)
+and ``fem-aft`` reads its columns through :func:`tsmix.ops.fem_priors.aft_read_columns`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from tsmix.mixers._fem_core import (
 from tsmix.mixers.linear import log_feature_map
 from tsmix.mixers.softmax import split_heads
 from tsmix.ops import fem_priors as P
+from tsmix.ops.attention import SMALL_HEAD_DIM, SMALL_SEQUENCE, causal_mask
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
+from tsmix.ops.lse_read import bound_values, free_energy_combine
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
 
@@ -84,6 +88,96 @@ class FEMSoftmax(FreeEnergyMixer):
     def _prior_read(self, pin, u):
         p = self.options.dropout if self.training else 0.0
         return P.sm_read(pin["q"], pin["k"], u, self.causal, p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        o = self.options
+        dk, n = self.widths["q"] // self.heads, x.shape[1]
+        if (
+            x.device.type != "cpu"
+            or o.rope
+            or o.recompute
+            or (o.dropout > 0 and self.training)
+            or dk > SMALL_HEAD_DIM
+            or n > SMALL_SEQUENCE
+        ):
+            return super().forward(x)  # token-major fast path (SDPA where attend picks it)
+        return self._forward_t(x)
+
+    def _forward_t(self, x: torch.Tensor) -> torch.Tensor:
+        """The whole read channel-major: every per-channel tensor is ``(channels, B N)``.
+
+        Why: at the patch encoder's shape (dv = 2, d_k = 4) each token-major tensor has 2-8
+        wide rows, so slicing the fused projection, the per-head gate RMS and packing
+        ``[v, exp(beta v)]`` per head are strided passes that do not vectorize. Channel-major,
+        every projection part is a contiguous row block of one ``addmm``, the gate RMS a
+        reduction over ``dv`` rows of B N-long vectors, and the attention operands are
+        ``(H B, width, N)`` blocks; only q, k, the packed columns and the read are permuted
+        once each, with runs of N contiguous. Same maths as the token-major
+        :meth:`tsmix.mixers._fem_core.FreeEnergyMixer.forward` and the small-head path of
+        :func:`tsmix.ops.attention.attend` (``baddbmm`` scaled by ``d_k^-1/2``, softmax, ``bmm``).
+        """
+        b, n, d = x.shape
+        parts = self._t_parts(x)
+        y = self._t_read(self._t_weights(parts, b, n), *self._t_columns(parts, b, n), b, n)
+        return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)  # mm reads y transposed
+
+    def _t_parts(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Fused projection times C's gain, channel-major: ``{name: (width, B N)}`` row blocks."""
+        xt, w, bias = x.reshape(-1, x.shape[-1]).t(), self.in_proj.weight, self.in_proj.bias
+        z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # mm reads x transposed
+        if self.cond is not None:
+            z = self.cond.modulate_t(z, x)  # C: z (1 + s)
+        return dict(zip(self.widths, z.split(list(self.widths.values()), dim=0)))
+
+    def _blocks(self, c: torch.Tensor, w: int, b: int, n: int) -> torch.Tensor:
+        """``(H w, B N) -> (H B, w, N)``: one head's width-w block per sequence."""
+        return c.view(self.heads, w, b, n).transpose(1, 2).reshape(self.heads * b, w, n)
+
+    def _t_weights(self, parts: dict[str, torch.Tensor], b: int, n: int) -> torch.Tensor:
+        """Attention weights transposed, ``p^T (H B, N_s, N_t)`` (each column one query's weights).
+
+        Transposed so that the read ``u^T p^T`` uses ``p^T`` itself: its gradient then reaches
+        softmax's backward contiguous (a transposed one costs a copy of every (N, N) block,
+        ~20 ms at the patch shape)."""
+        cap, dk = self.options.qk_cap, self.widths["q"] // self.heads
+        q = self._blocks(parts["q"].clamp(-cap, cap), dk, b, n)  # (H B, d_k, N)
+        k = self._blocks(parts["k"].clamp(-cap, cap), dk, b, n)
+        st = torch.baddbmm(q.new_zeros(()).expand(1, 1, 1), k.transpose(1, 2), q, beta=0.0, alpha=dk**-0.5)
+        if self.causal:
+            st = st.masked_fill(~causal_mask(n, q.device).t(), float("-inf"))
+        return torch.softmax(st, dim=1)
+
+    def _t_columns(self, parts: dict[str, torch.Tensor], b: int, n: int):
+        """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``
+        per head), ``lam, g (E, B N)``, ``beta (E, 1)``; None for what the options switch off."""
+        h, dv = self.heads, self.dv
+        lam = torch.sigmoid(parts["lam"]) if "lam" in parts else None
+        g = None
+        if "gate" in parts:  # softplus, then unit RMS over each head's dv channels
+            g = F.softplus(parts["gate"]).view(h, dv, -1)
+            g = (g * torch.rsqrt(g.square().mean(1, keepdim=True) + 1e-6)).view(self.e, -1)
+        v = parts["v"]
+        if self.beta_raw is None:
+            return self._blocks(v, dv, b, n), lam, g, None
+        beta = self.beta().to(v.dtype)[:, None]
+        v = bound_values(v, beta, self.options.exp_cap)  # |beta v| <= exp_cap before exp
+        ex = torch.exp(beta * v)
+        vh, eh = v.view(h, dv, b, n).transpose(1, 2), ex.view(h, dv, b, n).transpose(1, 2)
+        return torch.stack([vh, eh], dim=2).view(h * b, 2 * dv, n), lam, g, beta  # one write
+
+    def _t_read(self, pt, u, lam, g, beta, b: int, n: int) -> torch.Tensor:
+        """Read ``u`` with the weights, unpack ``mu`` and ``F``, combine: ``(E, B N)``."""
+        h, dv, e = self.heads, self.dv, self.e
+        r = torch.bmm(u, pt)  # (H B, P dv, N)
+        if beta is None:
+            mu, f = r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None
+        else:
+            r = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n)  # one copy
+            mu, z = r[0], r[1]
+            f = torch.log(z.clamp_min(torch.finfo(z.dtype).tiny)) / beta  # F = log(Z) / beta
+        if lam is not None:
+            self._last_lambda = lam.detach().mean()
+        return free_energy_combine(mu, f, lam, g)
 
     def _prior_logp(self, pin):
         return P.sm_logp(pin["q"], pin["k"], self.causal)
@@ -247,6 +341,13 @@ class FEMAFT(FreeEnergyMixer):
 
     def _prior_logp(self, pin):
         return P.aft_prior_logp(pin["key"], pin["log_decay"], self.causal)
+
+    def _fast_pack(self, v, e):
+        return (v,) if e is None else (v, e)  # the columns stay apart until _fast_read weights them
+
+    def _fast_read(self, pin, u):
+        cols = P.aft_read_columns(pin["key"], pin["log_decay"], list(u), self.causal)
+        return cols[0], (cols[1] if len(cols) > 1 else None)
 
     def _prior_state(self, batch, cols, device, dtype):
         return torch.zeros(batch, self.e, cols + 1, device=device, dtype=dtype)

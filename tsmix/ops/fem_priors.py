@@ -157,6 +157,24 @@ def aft_prior_read(key, log_decay, u, causal: bool) -> torch.Tensor:
     return y[..., :-1] / y[..., -1:].clamp_min(torch.finfo(y.dtype).tiny)
 
 
+def aft_read_columns(key, log_decay, cols: list[torch.Tensor], causal: bool) -> list[torch.Tensor]:
+    """:func:`aft_prior_read` of the columns ``cols`` (each ``(B, N, E)``) -> their reads, each
+    ``(B, N, E)`` contiguous: the same sums, arranged for small per-channel columns.
+
+    The weighted columns ``[w c_1, .., w c_P, w]`` (``w = exp(key)``) are written by one stack,
+    and the scan sees every (channel, column) pair as its own group with ``R = 1``: with
+    ``R = P + 1 = 3`` each scan step broadcasts a decay over 3-wide rows (not vectorized,
+    ~1/3 of fem-aft's step at the variate shape); the decay is the channel's, repeated per column.
+    """
+    w = key.exp()
+    x = torch.stack([w * c for c in cols] + [w], dim=-1)  # (B, N, E, P+1)
+    b, n, e, p1 = x.shape
+    log_a = log_decay[:, None].expand(e, p1).reshape(e * p1).expand(b, n, e * p1)
+    y = _scan_bidir(x.view(b, n, e * p1, 1), log_a, causal).view(b, n, e, p1)
+    den = y[..., -1].clamp_min(torch.finfo(y.dtype).tiny)
+    return [y[..., i] / den for i in range(p1 - 1)]
+
+
 def aft_prior_logp(key, log_decay, causal: bool) -> torch.Tensor:
     """``log p (B, E, N, N)``: ``key_s + log_decay * |t - s|``, masked and normalized."""
     n = key.shape[1]

@@ -65,5 +65,8 @@ def free_energy_combine(
     """
     o = mu
     if f is not None:
+        if lam is not None and not mu.dtype == f.dtype == lam.dtype:  # mixed under autocast
+            dt = torch.promote_types(torch.promote_types(mu.dtype, f.dtype), lam.dtype)
+            mu, f, lam = mu.to(dt), f.to(dt), lam.to(dt)
         o = f if lam is None else torch.lerp(mu, f, lam)
     return o if g is None else o * g

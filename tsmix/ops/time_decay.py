@@ -5,8 +5,11 @@
 
 ``s`` modulates the mixer's inputs as ``z (1 + s)``. The FEM release evaluates the scan as
 ``e^{c_t} cumsum(x / e^{c_t})`` (``c = cumsum(log a)``), which underflows after a few dozen
-steps; here it is :func:`decay_cumsum` (exact segment sums, chunked). Bidirectional: half of
-the channels scan forward, half backward. ``W_out`` starts at zero: C starts as ``z (1 + 0)``.
+steps; here it is :func:`decay_cumsum` (exact segment sums, chunked) on long sequences and a
+step loop with a hand-written backward (:class:`_ShortScan`, used by
+:meth:`TimeDecayCondition.gain`) on short ones, both with every factor one ``a_t`` in [0, 1].
+Bidirectional: half of the channels scan forward, half backward.
+``W_out`` starts at zero: C starts as ``z (1 + 0)``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,80 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from tsmix.ops.decay_scan import decay_cumsum, decay_scan_reference
+from tsmix.ops.decay_scan import _work_dtype, decay_cumsum, decay_scan_reference
+
+# The step loop costs one Python step per position; past this length the chunked log-space
+# scan (fewer steps) wins, and it is the form the 10,000-step test pins.
+SHORT_SCAN_MAX_LEN = 256
+
+
+class _ShortScan(torch.autograd.Function):
+    """C's scan in the channel-major, time-major layout ``(N, r, B)``: from ``x, a (N, r, B)``
+    the states ``h (N, r, B)``; channels ``[:half]`` run forward (``h_t = a_t h_{t-1} + x_t``),
+    ``[half:]`` backward (``h_t = a_t h_{t+1} + x_t``), both inclusive.
+
+    One step of one direction is one contiguous ``(half, B)`` block: no flips, no cats, no
+    per-step autograd nodes. Backward is the adjoint recurrence run the other way (in place on
+    the incoming gradient): forward channels ``q_t = g_t + a_{t+1} q_{t+1}``, ``dx = q``,
+    ``da_t = q_t h_{t-1}``; backward channels ``p_t = g_t + a_{t-1} p_{t-1}``, ``dx = p``,
+    ``da_t = p_t h_{t+1}``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, a: torch.Tensor, half: int) -> torch.Tensor:
+        h = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        n, f, b = x.shape[0], slice(0, half), slice(half, x.shape[1])
+        h[0, f] = x[0, f]
+        h[n - 1, b] = x[n - 1, b]
+        for t in range(1, n):
+            s = n - 1 - t
+            torch.addcmul(x[t, f], a[t, f], h[t - 1, f], out=h[t, f])
+            torch.addcmul(x[s, b], a[s, b], h[s + 1, b], out=h[s, b])
+        ctx.half = half
+        ctx.save_for_backward(a, h)
+        return h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        a, h = ctx.saved_tensors
+        f, b = slice(0, ctx.half), slice(ctx.half, a.shape[1])
+        g = grad.clone(memory_format=torch.contiguous_format)  # the adjoint runs in place on it
+        n = g.shape[0]
+        for t in range(1, n):
+            s = n - 1 - t
+            g[s, f].addcmul_(a[s + 1, f], g[s + 1, f])  # q_s = g_s + a_{s+1} q_{s+1}
+            g[t, b].addcmul_(a[t - 1, b], g[t - 1, b])  # p_t = g_t + a_{t-1} p_{t-1}
+        ga = torch.zeros_like(h)
+        torch.mul(g[1:, f], h[:-1, f], out=ga[1:, f])
+        torch.mul(g[:-1, b], h[1:, b], out=ga[:-1, b])
+        return g, ga, None
+
+
+class _Modulate(torch.autograd.Function):
+    """``z * (1 + a @ p)`` for ``z (M, K)``, ``a (M, r)``, ``p (r, K)``, without autograd's extra buffers.
+
+    The gain ``1 + a p`` is as large as ``z`` (the whole fused projection); autograd would keep
+    it and allocate two more such tensors in backward (``g (1 + a p)`` and ``g z``). Here the
+    second is written into the saved gain's buffer once the first is taken: one large
+    allocation less per step (on this machine each fresh one also pays its page faults).
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        gain = torch.addmm(a.new_ones(()), a, p)
+        ctx.save_for_backward(z, a, p, gain)
+        return z * gain
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        z, a, p, gain = ctx.saved_tensors
+        gz = g * gain
+        gs = torch.mul(g, z, out=gain)  # d/ds, in the gain's buffer (not needed any more)
+        return gz, gs @ p.t(), a.t() @ gs
 
 
 class TimeDecayCondition(nn.Module):
@@ -50,6 +125,62 @@ class TimeDecayCondition(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, out_dim)
         sc, xf, log_a = self._parts(x)
         return self._out(self._scan(xf, log_a, decay_cumsum), sc)
+
+    def gain(self, x: torch.Tensor) -> torch.Tensor:
+        """``1 + s`` (B, N, out_dim), the fast way: the same maths as ``1 + forward(x)``.
+
+        Why not ``forward``: on the patch encoder's 37,632 tokens of rank 4, softplus on strided
+        ``chunk`` slices (not vectorized), layer and RMS norms over 4 channels (per-row overhead),
+        the flips and cats of the bidirectional scan and a separate ``+ 1`` cost as much as the
+        attention they condition. Here everything between the two matmuls runs in one
+        ``(N, r, B)`` layout (the rank-4 norms become vectorized reductions over B-long rows,
+        each scan step one contiguous block), the decay is ``sigmoid(-dz) = exp(-softplus(dz))``
+        and the ``1 +`` rides in the output ``addmm``. Long sequences keep the chunked scan.
+        """
+        y = self._short_y(x)
+        if y is None:
+            return 1.0 + self(x)
+        y = y.permute(2, 0, 1).reshape(-1, self.rank).to(x.dtype)  # (B N, r)
+        return torch.addmm(y.new_ones(()), y, self.proj.to(y.dtype)).view(*x.shape[:-1], -1)
+
+    def modulate(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``z * gain(x)`` for the fused projection ``z (B, N, out_dim)`` (see :class:`_Modulate`)."""
+        y = self._short_y(x)
+        if y is None:
+            return z * (1.0 + self(x))
+        y = y.permute(2, 0, 1).reshape(-1, self.rank).to(z.dtype)  # (B N, r)
+        return _Modulate.apply(z.reshape(-1, z.shape[-1]), y, self.proj.to(z.dtype)).view(z.shape)
+
+    def modulate_t(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``z * gain_t(x)`` for the channel-major projection ``z (out_dim, B N)``."""
+        y = self._short_y(x)
+        if y is None:
+            return z * (1.0 + self(x)).flatten(0, -2).t()
+        y = y.permute(1, 2, 0).reshape(self.rank, -1).to(z.dtype)  # (r, B N)
+        return _Modulate.apply(z, self.proj.t().to(z.dtype), y)
+
+    def gain_t(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`gain` channel-major: ``(out_dim, B N)`` (tokens in ``(b, n)`` order)."""
+        y = self._short_y(x)
+        if y is None:
+            return (1.0 + self(x)).flatten(0, -2).t()
+        y = y.permute(1, 2, 0).reshape(self.rank, -1).to(x.dtype)  # (r, B N)
+        return torch.addmm(y.new_ones(()), self.proj.t().to(y.dtype), y)
+
+    def _short_y(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``shortcut * LN(h)`` in the ``(N, r, B)`` layout, or None where the chunked scan applies."""
+        n = x.shape[1]
+        if not 1 < n <= SHORT_SCAN_MAX_LEN or torch.jit.is_scripting():
+            return None
+        p = self.inp(self.norm(x))  # (B, N, 3r)
+        wd = _work_dtype(p.dtype)  # bfloat16 / float16: the norms and the scan in float32
+        sc, xf, dz = p.to(wd).permute(1, 2, 0).contiguous().chunk(3, dim=1)  # (N, r, B) each
+        sc = F.softplus(sc)
+        sc = sc * torch.rsqrt(sc.square().mean(1, keepdim=True) + 1e-6)  # rms_norm over r
+        h = _ShortScan.apply(xf, torch.sigmoid(-dz), self.rank if self.causal else self.rank // 2)
+        hc = h - h.mean(1, keepdim=True)  # layer norm over r, eps and affine of self.ln
+        hn = hc * torch.rsqrt(hc.square().mean(1, keepdim=True) + self.ln.eps)
+        return sc * torch.addcmul(self.ln.bias.to(wd)[:, None], hn, self.ln.weight.to(wd)[:, None])
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The scan as a plain step-by-step loop."""
