@@ -12,6 +12,20 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _run_outside_the_checkout(tmp_path_factory):
+    """Run every test from a scratch folder: MLflow's sqlite stores put artifacts in ./mlruns (and a
+    default store in ./mlflow.db), which must never land in the checkout. A relative data folder
+    is resolved first, so it keeps pointing where it did."""
+    env = os.environ.get("TSMIX_DATA_DIR")
+    if env:
+        os.environ["TSMIX_DATA_DIR"] = str(Path(env).resolve())
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(old)
+
+
 @pytest.fixture(autouse=True)
 def _one_thread_after_each_test():
     """Code under test may set torch's thread count (``threads=...``); put it back to 1."""

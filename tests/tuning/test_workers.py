@@ -147,6 +147,9 @@ def test_killed_worker_trial_is_failed_and_the_study_completes(pg_url, pg_study,
     study = optuna.load_study(study_name=pg_study, storage=pg_url)
     assert study.trials[killed].state == TrialState.FAIL
     assert sum(t.state in DONE for t in study.trials) == n == result.complete + result.pruned
-    assert killed not in result.ran and len(result.ran) == n
+    # on a loaded machine the victim may finish a trial before the SIGKILL lands on the next one
+    by_victim = [t.number for t in study.trials if t.state in DONE
+                 and t.user_attrs.get("worker") == f"{os.uname().nodename}:{victim.pid}"]
+    assert killed not in result.ran and len(result.ran) == n - len(by_victim)
     dead_run = study.trials[killed].user_attrs["mlflow_run_id"]  # closed by the stale callback
     assert MlflowClient(tracking_uri=mlflow_server).get_run(dead_run).info.status == "FAILED"
