@@ -199,9 +199,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             where += f"; registered models:/{run.registered_name}@{run.alias} (version {run.version})"
         print(where)
     elif is_panel_request(args, args.dataset):
-        if ckpt is not None:
-            raise TsmixError("--resume/--checkpoint-dir are not available for panel (long-format) fits yet")
-        f.fit(args.dataset, static_df=read_table(args.static, "--static"), out=out_dir)
+        f.fit(args.dataset, static_df=read_table(args.static, "--static"), out=out_dir, checkpoint_dir=ckpt,
+              resume=args.resume)
         out = f.save(out_dir)
     else:
         f.fit(args.dataset, data_dir=args.data_dir, date_col=args.date_col, out=out_dir, checkpoint_dir=ckpt,

@@ -101,14 +101,24 @@ class Forecaster:
         return self._config
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The config fields, plus the panel options set away from their defaults (production,
+        id_col, hist_exog, ...), so ``Forecaster(**f.get_params())`` and sklearn's clone keep them."""
         # the stored objects themselves (no copies): sklearn's clone checks identity
-        return {f.name: getattr(self._config, f.name) for f in dataclasses.fields(self._config)}
+        params = {f.name: getattr(self._config, f.name) for f in dataclasses.fields(self._config)}
+        for f in dataclasses.fields(self._panel_options):
+            value = getattr(self._panel_options, f.name)
+            if value != getattr(PanelOptions, f.name, None):
+                params[f.name] = value
+        return params
 
     def set_params(self, **params: Any) -> Forecaster:
-        """Change hyper-parameters; a fitted model no longer matching them is dropped."""
+        """Change hyper-parameters or panel options; a fitted model no longer matching them is dropped."""
+        panel = {k: params.pop(k) for k in list(params) if k in _PANEL_KEYS}
         check_fields(params)
         self._config = dataclasses.replace(self._config, **params)
-        self._fitted = None
+        if panel:
+            self._panel_options = dataclasses.replace(self._panel_options, **panel)
+        self._fitted = self._panel = None
         return self
 
     @classmethod
@@ -200,7 +210,7 @@ class Forecaster:
         """
         if self._is_panel(data):
             self._panel = PanelForecaster.from_config(self._config, self._panel_options).fit(
-                data, static_df, callbacks=callbacks, out=out)
+                data, static_df, callbacks=callbacks, out=out, checkpoint_dir=checkpoint_dir, resume=resume)
             self._fitted = None
             return self
         self._panel = None

@@ -209,15 +209,24 @@ class PanelForecaster:
                              scale_exog=o.scale_exog)
 
     def fit(self, df: Any, static_df: Frame | None = None, *, split: PanelSplit | None = None,
-            callbacks: Sequence[Any] = (), out: str | Path | None = None) -> PanelForecaster:
+            callbacks: Sequence[Any] = (), out: str | Path | None = None,
+            checkpoint_dir: str | Path | None = None, resume: bool = False) -> PanelForecaster:
         """Train on a long frame/file; ``static_df``: one row per series (id + attributes).
 
         ``split`` (a :class:`PanelSplit`) overrides the options' val/test sizes (e.g. the LTSF borders).
         With ``production`` the epoch count is the best validation epoch of a first fit, and the model
         kept is a refit on every row (scaling fit on every row too) for that many epochs.
         ``callbacks``: ``cb(epoch, logs)`` after every epoch. ``out``: checked before training.
+        ``checkpoint_dir``: write an engine checkpoint (``last.safetensors``) there after every epoch;
+        with ``resume`` continue from it (same config, options and data, else a TsmixError) and end
+        exactly as an uninterrupted fit. A production fit keeps its two fits in ``selection/`` and
+        ``refit/`` below it.
         """
         from tsmix.forecasting.forecaster import check_mixer, seed_everything  # (forecaster imports us)
+        from tsmix.forecasting.production import checkpoint_dirs
+
+        if resume and checkpoint_dir is None:  # before any data is read or trained
+            raise TsmixError("resume=True needs a checkpoint folder: pass checkpoint_dir")
 
         cfg = self.config.resolved()
         check_mixer(cfg)
@@ -227,6 +236,9 @@ class PanelForecaster:
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         o = self.options
+        # the selection and refit fits differ in data and epochs: one folder each (as the wide path)
+        ck_select, ck_refit = checkpoint_dirs(checkpoint_dir) if o.production else (checkpoint_dir, None)
+        ident = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(o).items()}
         val, test = o.sizes(cfg.horizon)
         prep = self.prepare(self.read(df, static_df), split)
         has_test = not o.production and (split is not None or test > 0)
@@ -235,7 +247,7 @@ class PanelForecaster:
         layout = CovariateLayout.of(prep.schema, cfg.model_spec())
         model = build_covariate_model(cfg, layout).to(device)
         result = train_panel(model, _on(prep.train, device), _on(prep.val, device) if validate else None, cfg,
-                             device, callbacks)
+                             device, callbacks, checkpoint_dir=ck_select, resume=resume, options=ident)
         selection = result
         calibration = _calibrate(model, prep, cfg.test_batch_size, device) if validate else None
         val_mse = selection.best_val if validate else float("nan")
@@ -249,7 +261,8 @@ class PanelForecaster:
             seed_everything(cfg.seed)
             model = build_covariate_model(cfg, layout).to(device)
             refit = dataclasses.replace(cfg, epochs=max(selection.best_epoch, 1))
-            result = train_panel(model, _on(prep.train, device), None, refit, device, callbacks)
+            result = train_panel(model, _on(prep.train, device), None, refit, device, callbacks,
+                                 checkpoint_dir=ck_refit, resume=resume, options=ident)
             if calibration is not None:  # the selection model's honest residuals, in the refit's scaled units
                 calibration = calibration.rescaled(prep.schema.ids, sel_schema.y_scale, prep.schema.y_scale)
         fitted = PanelFitted(model=model, config=cfg, options=o, layout=layout, schema=prep.schema,

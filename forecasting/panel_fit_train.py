@@ -5,14 +5,18 @@ covariates), so series of any number and length share one model. The optimizer, 
 engine knobs are the forecasting trainer's (``make_optimizer``, ``make_schedule``, ``engine_config``).
 The loss is the model's output head's (``model.head``: literally ``F.mse_loss`` for ``loss="mse"``);
 early stopping watches the validation MSE of point heads and the mean head loss of the others, as the
-wide trainer does.
+wide trainer does. With a ``checkpoint_dir`` the engine writes ``last.safetensors`` after every epoch;
+``resume`` continues from it bit-exactly, and :func:`panel_fingerprint` makes it refuse a checkpoint
+of another config or panel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -141,13 +145,41 @@ def window_forecasts(model: nn.Module, windows: Any, batch_size: int) -> tuple[n
     return series, start, model_head(model).point(out)[..., 0].numpy(), truth
 
 
+def _windows_identity(windows: Any) -> dict[str, Any]:
+    """Which rows of the buffer a window set covers (series, first start, window count per series)."""
+    rows = torch.stack([windows.series, windows.first, windows.counts]).cpu().contiguous()
+    return {"sha256": hashlib.sha256(rows.numpy().tobytes()).hexdigest(), "windows": len(windows)}
+
+
+def panel_fingerprint(cfg: ForecasterConfig, train: Any, val: Any | None, options: dict[str, Any]
+                      ) -> dict[str, Any]:
+    """The identity of a panel fit for resume: the config fields that change the numbers, the panel
+    options, a hash of every scaled buffer the windows view and of the train/val window rows."""
+    t = train.tensors
+    digest = hashlib.sha256()
+    for f in fields(t):  # shapes and dtypes too: the same bytes in another layout are another panel
+        a = getattr(t, f.name).detach().cpu().contiguous()
+        digest.update(f"{f.name}{tuple(a.shape)}{a.dtype}".encode())
+        digest.update(a.numpy().tobytes())
+    return {
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in tr._NOT_IDENTITY},
+        "options": options,
+        "data": {"sha256": digest.hexdigest(), "train": _windows_identity(train),
+                 "val": None if val is None else _windows_identity(val)},
+    }
+
+
 def train_panel(model: nn.Module, train: Any, val: Any | None, cfg: ForecasterConfig, device: torch.device,
-                callbacks: Sequence[Callback] = ()) -> FitResult:
+                callbacks: Sequence[Callback] = (), *, checkpoint_dir: str | Path | None = None,
+                resume: bool = False, options: dict[str, Any] | None = None) -> FitResult:
     """Fit ``model`` in place on ``train`` windows (``cfg`` resolved).
 
     With ``val``: early stopping on the validation MSE (point heads) or mean head loss (quantile /
     distribution heads), best weights restored (``trainer.train``'s rules). Without: exactly
     ``cfg.epochs`` epochs, the last epoch's weights (the production refit).
+
+    ``checkpoint_dir``: a checkpoint after every epoch; with ``resume`` continue from it (same config,
+    ``options`` and data, else a TsmixError) and end exactly as an uninterrupted fit.
     """
     head = model_head(model)  # read before the engine wraps the model
     bs = cfg.batch_size
@@ -165,11 +197,13 @@ def train_panel(model: nn.Module, train: Any, val: Any | None, cfg: ForecasterCo
         err = panel_errors(m, val, cfg.test_batch_size, int(val.series.max()) + 1, rank, world, head=head)
         return torch.tensor(err.se.sum(), dtype=torch.float64), int(err.windows.sum()) * err.horizon
 
-    engine = tr.engine_config(cfg)
+    engine = tr.engine_config(cfg, checkpoint_dir, resume)
     if val is None:
         engine = dataclasses.replace(engine, patience=None, restore_best=False)
-    result = fit(Task(model, opt, data, loss, None if val is None else validate, schedule), engine, device,
-                 callbacks)
+    # hashing the buffers costs a pass over the data: only when a checkpoint will carry it
+    ident = {} if checkpoint_dir is None else panel_fingerprint(cfg, train, val, options or {})
+    result = fit(Task(model, opt, data, loss, None if val is None else validate, schedule, ident), engine,
+                 device, callbacks)
     if val is None:
         result.best_epoch = len(result.history)  # the weights kept are the last epoch's
     return result

@@ -85,3 +85,16 @@ def test_panel_options_on_wide_data_are_refused_before_reading(tmp_path):
     with pytest.raises(TsmixError, match="hist_exog, val_size apply to long-format panels"):
         f.fit("ETTh1", out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_get_params_keeps_panel_options_for_clones():
+    f = Forecaster("dlinear", lookback=L, horizon=H, production=True, test_size=0, hist_exog=["x"], **TINY)
+    params = f.get_params()
+    assert params["production"] is True and params["hist_exog"] == ("x",) and params["test_size"] == 0
+    assert "id_col" not in params  # options left at their defaults stay out
+    assert Forecaster(**params).get_params() == params  # what sklearn's clone does
+    assert "production" not in Forecaster("dlinear").get_params()
+    f.set_params(production=False, test_size=None, lr=1e-3)
+    assert "production" not in f.get_params() and f.get_params()["lr"] == 1e-3
+    with pytest.raises(TsmixError, match="production=True refits on every row"):
+        f.set_params(production=True, test_size=5)
