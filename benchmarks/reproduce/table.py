@@ -15,6 +15,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from tsmix.forecasting.benchmark.report import paired_cell
+
 HERE = Path(__file__).resolve().parent
 HORIZONS = (96, 192, 336, 720)
 
@@ -138,18 +140,6 @@ def build(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _paired(diffs: list[float]) -> str:
-    """Mean difference ± its standard error over seeds; bold beyond 2 SE; ``(n=1)`` for one seed."""
-    if not diffs:
-        return "—"
-    mean = statistics.mean(diffs)
-    if len(diffs) < 2:
-        return f"{mean:+.4f} (n=1)"
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    cell = f"{mean:+.4f} ± {se:.4f}"
-    return f"**{cell}**" if abs(mean) > 2 * se else cell
-
-
 def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "softmax") -> list[str]:
     """Every patch-encoder mixer against ``reference`` under the same capped recipe: fair test MSE
     difference paired over the seeds both ran (per horizon and for the per-seed 4-horizon average),
@@ -178,7 +168,7 @@ def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "soft
             for h in HORIZONS:
                 a, b = runs.get((mixer, dataset, h), {}), runs.get((reference, dataset, h), {})
                 shared = sorted(set(a) & set(b))
-                cells.append(_paired([a[s] - b[s] for s in shared]))
+                cells.append(paired_cell([a[s] - b[s] for s in shared]))
                 for s in shared:
                     per_seed[s].append(a[s] - b[s])
             full = [statistics.mean(v) for v in per_seed.values() if len(v) == len(HORIZONS)]
@@ -186,7 +176,7 @@ def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "soft
             own = [statistics.mean(runs[(mixer, dataset, h)][s] for h in HORIZONS) for s in own_seeds]
             own_cell = f"{statistics.mean(own):.4f}" if own else "—"
             seeds = max(len(runs.get((mixer, dataset, h), {})) for h in HORIZONS)
-            lines.append(f"| {mixer} | {dataset} | " + " | ".join(cells) + f" | {_paired(full)} | "
+            lines.append(f"| {mixer} | {dataset} | " + " | ".join(cells) + f" | {paired_cell(full)} | "
                          f"{own_cell} | {seeds} | {statistics.mean(secs[mixer]):.0f} |")
     return [*lines, ""]
 

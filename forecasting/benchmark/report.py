@@ -149,7 +149,7 @@ def dataset_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse
     return "\n".join(lines)
 
 
-def _paired(diffs: Sequence[float]) -> str:
+def paired_cell(diffs: Sequence[float]) -> str:
     """``+0.004 ± 0.002`` (mean difference ± its standard error, n seeds), bold when |mean| > 2 SE."""
     if not diffs:
         return "—"
@@ -185,12 +185,12 @@ def paired_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse"
             shared = sorted(s for s in set(a) & set(b) if a[s].get(metric) is not None
                             and b[s].get(metric) is not None)
             diffs = [a[s][metric] - b[s][metric] for s in shared]
-            cells.append(_paired(diffs))
+            cells.append(paired_cell(diffs))
             for s, d in zip(shared, diffs):
                 avg_diffs[s].append(d)
         full = [statistics.fmean(v) for v in avg_diffs.values() if len(v) == len(hs)]
         label = _row_label(model, mixer, lookback)
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {_paired(full)} |")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {paired_cell(full)} |")
     if not lines:
         return ""
     header = f"| {metric} − {reference} (same seeds) | " + " | ".join(f"H={h}" for h in hs) + " | avg |"
