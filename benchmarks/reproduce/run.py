@@ -36,7 +36,7 @@ FIELDS = [
     "val_mse", "epochs", "best_epoch", "train_seconds", "seconds_per_epoch", "fit_seconds", "params",
     "device", "threads", "torch", "commit", "host", "finished_at",
 ]
-KEY = ("dataset", "horizon", "model", "mixer", "seed", "patience", "epochs_max")
+KEY = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "patience", "epochs_max")
 
 
 def git_commit() -> str:
@@ -67,7 +67,7 @@ def append_row(path: Path, row: dict) -> None:
 
 
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,
-            epochs: int | None, threads: int, data_dir: str | None) -> dict:
+            epochs: int | None, threads: int, data_dir: str | None, lookback: int | None = None) -> dict:
     from tsmix.forecasting import Forecaster
 
     overrides = dict(seed=seed, threads=threads, progress=False)
@@ -77,6 +77,8 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
         overrides["patience"] = patience
     if epochs is not None:
         overrides["epochs"] = epochs
+    if lookback is not None:
+        overrides["lookback"] = lookback
     f = Forecaster.from_preset("paper", model, dataset, horizon, **overrides)
 
     def log_epoch(epoch: int, logs: dict) -> None:  # one line per epoch in the run log
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--patchtst-patience", type=int, default=10,
                     help="early-stopping patience for PatchTST (the ETTh scripts use 100)")
     ap.add_argument("--epochs", type=int, default=None, help="override the preset's max epochs")
+    ap.add_argument("--lookback", type=int, default=None,
+                    help="override the preset's lookback L (the long-lookback study; default: the preset's)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--out", default=str(HERE / "results.csv"))
@@ -130,15 +134,17 @@ def main(argv: list[str] | None = None) -> int:
                     from tsmix.forecasting.presets import paper_preset
 
                     preset = paper_preset(model, dataset, horizon)
-                    key = (dataset, str(horizon), model, args.mixer if model != "dlinear" else "-", str(seed),
+                    lookback = args.lookback if args.lookback is not None else preset["lookback"]
+                    mixer = args.mixer if model != "dlinear" else "-"
+                    key = (dataset, str(horizon), str(lookback), model, mixer, str(seed),
                            str(patience if patience is not None else preset["patience"]),
                            str(args.epochs if args.epochs is not None else preset["epochs"]))
                     if key in done:
                         continue
-                    label = f"{model} {dataset} H={horizon} seed={seed}"
+                    label = f"{model} {dataset} L={lookback} H={horizon} seed={seed}"
                     print(f"[{datetime.now():%H:%M:%S}] start {label}", flush=True)
                     row = run_one(model, dataset, horizon, seed, args.mixer, patience, args.epochs,
-                                  args.threads, args.data_dir)
+                                  args.threads, args.data_dir, args.lookback)
                     append_row(out, row)
                     done.add(key)
                     print(f"[{datetime.now():%H:%M:%S}] done  {label}: fair mse {row['mse']:.4f} "
