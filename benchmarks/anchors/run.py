@@ -1,0 +1,135 @@
+"""Issue #22 anchors: fit the candidate members once per (dataset, horizon, seed), score every
+member and every ensemble of them on validation AND test, one CSV row per candidate.
+
+Members (each with its own recipe; the model is never chosen by looking at test):
+
+* ``patchtst``: the patch encoder with ``--mixer`` on the PatchTST paper preset, capped at 20
+  epochs with patience 10 (the reproduction recipe);
+* ``rlinear``: RevIN + one linear map, with the hyper-parameters of the best trial of a
+  ``tsmix tune`` study (validation objective) named by ``--rlinear-study``;
+* ``dlinear``: DLinear's paper preset.
+
+Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
+report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
+over the four horizons and puts its test score beside the published anchors. Fitted members are
+saved under ``--runs`` so new combinations can be scored without training again. Resumable: a
+(dataset, horizon, seed, mixer) whose rows are in the CSV is skipped.
+
+    OMP_NUM_THREADS=1 python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\
+        --rlinear-study sqlite:///optuna.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIELDS = ["dataset", "horizon", "seed", "mixer", "candidate", "size", "val_mse", "mse", "mae", "mse_paper",
+          "windows", "members_mse", "train_seconds", "rlinear_params", "commit", "finished_at"]
+
+
+def rlinear_params(storage: str, dataset: str) -> dict:
+    """Forecaster kwargs of the best trial of the study ``rlinear-<dataset>-336`` in ``storage``."""
+    import optuna
+
+    from tsmix.tuning.study import best_params
+
+    study = optuna.load_study(study_name=f"rlinear-{dataset}-336", storage=storage)
+    return best_params(study, "rlinear", ["softmax"], study.best_trial)
+
+
+def members(dataset: str, horizon: int, seed: int, mixer: str, rl: dict) -> dict:
+    from tsmix.forecasting import Forecaster
+
+    common = dict(seed=seed, threads=1, progress=False)
+    return {
+        "patchtst": Forecaster.from_preset("paper", "patchtst", dataset, horizon, mixer=mixer, epochs=20,
+                                           patience=10, **common),
+        "rlinear": Forecaster(model="rlinear", lookback=336, horizon=horizon, epochs=10, patience=3,
+                              **rl, **common),
+        "dlinear": Forecaster.from_preset("paper", "dlinear", dataset, horizon, **common),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tsmix.forecasting.ensemble import Ensemble
+    from tsmix.provenance import code_version
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", default="ETTh1,ETTh2")
+    ap.add_argument("--horizons", default="96,192,336,720")
+    ap.add_argument("--seeds", default="2021")
+    ap.add_argument("--mixer", default="softmax", help="mixer of the patchtst member")
+    ap.add_argument("--rlinear-study", required=True, help="Optuna storage holding rlinear-<dataset>-336")
+    ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
+    ap.add_argument("--runs", default="anchor-runs", help="folder for the fitted members")
+    ap.add_argument("--out", default=str(HERE / "results.csv"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    done = set()
+    if out.is_file():
+        with open(out, newline="") as fh:
+            done = {(r["dataset"], r["horizon"], r["seed"], r["mixer"]) for r in csv.DictReader(fh)}
+    commit = code_version()
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for dataset in args.datasets.split(","):
+            rl = rlinear_params(args.rlinear_study, dataset)
+            for horizon in (int(h) for h in args.horizons.split(",")):
+                if (dataset, str(horizon), str(seed), args.mixer) in done:
+                    continue
+                print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
+                      flush=True)
+                fitted, seconds = {}, {}
+                for name, f in members(dataset, horizon, seed, args.mixer, rl).items():
+                    t0 = time.perf_counter()
+                    f.fit(dataset, data_dir=args.data_dir)
+                    seconds[name] = time.perf_counter() - t0
+                    f.save(Path(args.runs) / dataset / str(horizon) / str(seed) / f"{name}-{args.mixer}")
+                    fitted[name] = f
+                    print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
+                          f"({seconds[name]:.0f} s)", flush=True)
+                rows = []
+                names = list(fitted)
+                for size in range(1, len(names) + 1):
+                    for combo in itertools.combinations(names, size):
+                        if size == 1:
+                            f = fitted[combo[0]]
+                            val, test, paper = (f.evaluate("val")["mse"], f.evaluate("test"),
+                                                f.evaluate("test", "paper"))
+                            member_mse = ""
+                        else:
+                            ens = Ensemble([fitted[n] for n in combo])
+                            val, test, paper = (ens.evaluate("val")["mse"], ens.evaluate("test"),
+                                                ens.evaluate("test", "paper"))
+                            member_mse = ";".join(f"{m:.6f}" for m in test["members"])
+                        rows.append({
+                            "dataset": dataset, "horizon": horizon, "seed": seed, "mixer": args.mixer,
+                            "candidate": "+".join(combo), "size": size, "val_mse": val, "mse": test["mse"],
+                            "mae": test["mae"], "mse_paper": paper["mse"], "windows": test["windows"],
+                            "members_mse": member_mse,
+                            "train_seconds": round(sum(seconds[n] for n in combo), 1),
+                            "rlinear_params": repr(rl) if "rlinear" in combo else "", "commit": commit,
+                            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        })
+                new = not out.is_file() or out.stat().st_size == 0
+                with open(out, "a", newline="") as fh:  # one block per (dataset, horizon, seed): all or none
+                    w = csv.DictWriter(fh, fieldnames=FIELDS)
+                    if new:
+                        w.writeheader()
+                    w.writerows(rows)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                for r in rows:
+                    print(f"    {r['candidate']:<26} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

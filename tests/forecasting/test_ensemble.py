@@ -1,0 +1,106 @@
+"""Ensembles: the mean forecast of members with different models and lookbacks, scored on every window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tsmix.errors import TsmixError
+from tsmix.forecasting import Forecaster
+from tsmix.forecasting.ensemble import Ensemble
+
+from .conftest import HORIZON, TINY
+
+
+def _members(lookbacks=(48, 32)) -> list[Forecaster]:
+    return [Forecaster("rlinear", lookback=lookbacks[0], horizon=HORIZON, **TINY),
+            Forecaster("patchtst", lookback=lookbacks[1], horizon=HORIZON, **TINY)]
+
+
+@pytest.fixture(scope="module")
+def fitted(etth1_slice) -> Ensemble:
+    return Ensemble(_members(), weights=[1.0, 3.0]).fit(etth1_slice)
+
+
+def test_scores_are_the_weighted_mean_forecast_over_every_window(fitted):
+    preds, y = fitted.split_forecasts("test")
+    a, b = fitted.members
+    # the two lookbacks see the same test targets: one window per target row, in order
+    assert preds[0].shape == preds[1].shape == y.shape
+    assert y.shape[0] == a.evaluate("test")["windows"] == b.evaluate("test")["windows"]
+    mean = 0.25 * preds[0].double() + 0.75 * preds[1].double()
+    out = fitted.evaluate("test")
+    assert out["mse"] == pytest.approx(float((mean - y.double()).square().mean()), rel=1e-12)
+    assert out["mae"] == pytest.approx(float((mean - y.double()).abs().mean()), rel=1e-12)
+    assert out["windows"] == y.shape[0]
+    # each member's score inside the ensemble is its own evaluate()
+    assert out["members"][0] == pytest.approx(a.evaluate("test")["mse"], rel=1e-6)
+    assert out["members"][1] == pytest.approx(b.evaluate("test")["mse"], rel=1e-6)
+    assert set(out["per_channel"]) == set(a.evaluate("test")["per_channel"])
+
+
+def test_paper_protocol_keeps_full_batches_only(fitted):
+    fair, paper = fitted.evaluate("test"), fitted.evaluate("test", "paper", batch_size=16)
+    assert paper["windows"] == (fair["windows"] // 16) * 16 < fair["windows"]
+    with pytest.raises(TsmixError, match="protocol must be"):
+        fitted.evaluate("test", "drop")
+    with pytest.raises(TsmixError, match="split must be"):
+        fitted.evaluate("holdout")
+
+
+def test_predict_is_the_weighted_mean_of_member_frames(fitted):
+    frames = [m.predict() for m in fitted.members]
+    out = fitted.predict()
+    assert list(out.columns) == list(frames[0].columns) and out.iloc[:, 0].equals(frames[0].iloc[:, 0])
+    cols = out.columns[1:]
+    expect = 0.25 * frames[0][cols].to_numpy() + 0.75 * frames[1][cols].to_numpy()
+    np.testing.assert_allclose(out[cols].to_numpy(), expect, rtol=1e-12)
+    with pytest.raises(TsmixError, match="point forecasts only"):
+        fitted.predict(level=[80])
+
+
+def test_save_load_round_trip(fitted, etth1_slice, tmp_path):
+    path = fitted.save(tmp_path / "ens")
+    again = Ensemble.load(path)
+    np.testing.assert_allclose(again.weights, [0.25, 0.75])
+    val = again.evaluate("val", data=etth1_slice)["mse"]  # a frame is not saved: pass it again
+    assert val == pytest.approx(fitted.evaluate("val")["mse"], rel=1e-12)
+    fitted.save(path)  # an ensemble folder is replaced in place
+    test = Ensemble.load(path).evaluate("test", data=etth1_slice)["mse"]
+    assert test == pytest.approx(fitted.evaluate("test")["mse"], rel=1e-12)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("keep me")
+    with pytest.raises(TsmixError, match="not an ensemble folder"):
+        fitted.save(tmp_path / "other")
+    with pytest.raises(TsmixError, match="ensemble.json"):
+        Ensemble.load(tmp_path / "other")
+
+
+def test_identical_members_score_like_one(etth1_slice):
+    kw = dict(lookback=48, horizon=HORIZON, **TINY)
+    a, b = Forecaster("rlinear", **kw), Forecaster("rlinear", **kw)
+    ens = Ensemble([a, b]).fit(etth1_slice)  # same seed: the same model twice
+    assert torch.equal(*ens.split_forecasts("val")[0])
+    assert ens.evaluate("test")["mse"] == pytest.approx(a.evaluate("test")["mse"], rel=1e-6)
+
+
+def test_bad_ensembles_are_refused(etth1_slice):
+    with pytest.raises(TsmixError, match="at least 2"):
+        Ensemble([Forecaster("rlinear", lookback=48, horizon=HORIZON)])
+    with pytest.raises(TsmixError, match="must be tsmix Forecasters"):
+        Ensemble([Forecaster("rlinear", lookback=48, horizon=HORIZON), object()])
+    with pytest.raises(TsmixError, match="horizon"):
+        Ensemble([Forecaster("rlinear", lookback=48, horizon=12),
+                  Forecaster("rlinear", lookback=48, horizon=24)])
+    with pytest.raises(TsmixError, match="weights"):
+        Ensemble(_members(), weights=[1.0, -1.0])
+    with pytest.raises(TsmixError, match="weights"):
+        Ensemble(_members(), weights=[1.0])
+    with pytest.raises(TsmixError, match="not fitted"):
+        Ensemble(_members()).evaluate("test")
+    a, b = _members()
+    a.fit(etth1_slice)
+    b.fit(etth1_slice.iloc[:300])  # other rows: other scaling and other test targets
+    with pytest.raises(TsmixError, match="scales its data differently|other test targets"):
+        Ensemble([a, b]).evaluate("test")
