@@ -60,7 +60,7 @@ def members(dataset: str, horizon: int, seed: int, mixer: str, rl: dict) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     from tsmix.forecasting.ensemble import Ensemble
-    from tsmix.provenance import code_version
+    from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="ETTh1,ETTh2")
@@ -71,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--runs", default="anchor-runs", help="folder for the fitted members")
     ap.add_argument("--out", default=str(HERE / "results.csv"))
+    ap.add_argument("--commit", default=None,
+                    help="commit named in the rows (default: the checkout's; give it for an installed copy)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     done = set()
     if out.is_file():
         with open(out, newline="") as fh:
             done = {(r["dataset"], r["horizon"], r["seed"], r["mixer"]) for r in csv.DictReader(fh)}
-    commit = code_version()
+    commit = args.commit or git_commit()
     for seed in (int(s) for s in args.seeds.split(",")):
         for dataset in args.datasets.split(","):
             rl = rlinear_params(args.rlinear_study, dataset)
