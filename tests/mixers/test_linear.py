@@ -98,3 +98,35 @@ def test_options_are_validated():
         tsmix.build_mixer("gla", DIM, heads=HEADS, decay="channel")
     with pytest.raises(tsmix.TsmixError, match="divisible"):
         tsmix.build_mixer("gla", 18, heads=4)
+
+
+@pytest.mark.parametrize("kind", ["elu", "softplus"])
+def test_fast_feature_map_equals_plain(kind):
+    """feature_map_fast (linear's forward) == feature_map (its reference): values and gradients,
+    across both branches, the kink at 0 and large magnitudes."""
+    from tsmix.mixers.linear import feature_map, feature_map_fast
+
+    edges = torch.tensor([0.0, -0.0, -50.0, 50.0, -1e3, 1e3], dtype=f64)
+    z = torch.cat([torch.randn(200, dtype=f64) * 3, edges])
+    z1, z2 = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+    y1, y2 = feature_map_fast(z1, kind), feature_map(z2, kind)
+    torch.testing.assert_close(y1, y2, rtol=1e-15, atol=0.0)
+    w = torch.randn_like(y1)
+    (g1,), (g2,) = torch.autograd.grad((y1 * w).sum(), [z1]), torch.autograd.grad((y2 * w).sum(), [z2])
+    torch.testing.assert_close(g1, g2, rtol=1e-15, atol=0.0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_linear_fast_forward_at_the_variate_shape(causal):
+    """D=128, 8 heads (head dim 16), N=21: the fast forward (features on the contiguous projection,
+    normalizer folded into the state) == the plain quadratic reference, float64, with gradients."""
+    torch.manual_seed(0)
+    m = tsmix.build_mixer("linear", 128, heads=8, causal=causal).double()
+    x = torch.randn(2, 21, 128, dtype=f64, requires_grad=True)
+    y, r = m(x), m.reference(x)
+    torch.testing.assert_close(y, r, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(y)
+    g1 = torch.autograd.grad((y * w).sum(), [x, *m.parameters()])
+    g2 = torch.autograd.grad((r * w).sum(), [x, *m.parameters()])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

@@ -3,7 +3,9 @@
 Both run through :func:`tsmix.ops.gla_chunk.gla_chunked` (matmuls inside chunks, a log-space
 scan across them) and agree with their recurrent ``step``/``recurrent`` form and with a plain
 quadratic ``reference``. Bidirectional mode adds the anti-causal half (the same scan on the
-reversed sequence, exclusive of the current token).
+reversed sequence, exclusive of the current token); bidirectional GLA on short CPU sequences
+reads through the dense form of :mod:`tsmix.ops.gla_small`, and bidirectional linear attention
+through one ``(Dh, Dh + 1)`` state per head (no decay: ``phi(q) [phi(k)^T v, sum phi(k)]``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
@@ -34,6 +37,62 @@ def feature_map(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
     if kind == "elu":  # clamp: the branch not taken must not overflow (its inf would NaN the grad)
         return torch.where(z < 0, torch.exp(z.clamp_max(0.0)), z + 1.0)
     return F.softplus(z)
+
+
+class _EluPlusOne(torch.autograd.Function):
+    """``elu(z) + 1`` as ``exp(min(z, 0)) + max(z, 0)`` (bitwise the value of :func:`feature_map`);
+    its first term is also the derivative (``e^z`` below 0, 1 from 0 on, the where form's branch
+    at 0), kept for a one-pass backward (the feature map was 60% of ``linear`` at the variate
+    shape in the ``where`` form on head-split views). Once differentiable: the kept derivative
+    is not itself differentiated."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
+        slope = z.clamp_max(0.0).exp_()
+        ctx.save_for_backward(slope)
+        return slope + z.clamp_min(0.0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (slope,) = ctx.saved_tensors
+        return grad * slope
+
+
+def feature_map_fast(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
+    """:func:`feature_map` with fewer elementwise passes (same values; the plain form is the reference)."""
+    return _EluPlusOne.apply(z) if kind == "elu" else F.softplus(z)
+
+
+class _NormalizedRead(torch.autograd.Function):
+    """``y = num / max(den, eps)`` from the read ``r = [num, den] (B, H, N, Dh + 1)`` (the ones
+    column's read last), written straight into the merged heads' layout ``(B, N, H*Dh)``; the
+    backward writes ``dr`` in one buffer. Autograd's slices + broadcast divide + merge copy took a
+    quarter of ``linear``'s time at the variate shape."""
+
+    @staticmethod
+    def forward(ctx, r: torch.Tensor, eps: float) -> torch.Tensor:  # r (B, H, N, Dh + 1) -> (B, N, H*Dh)
+        b, h, n, d1 = r.shape
+        den = r[..., -1:]  # (B, H, N, 1)
+        keep = den >= eps  # where clamp_min passes the gradient
+        inv = den.clamp_min(eps).reciprocal()
+        y = r.new_empty(b, n, h, d1 - 1)  # token-major: the merged heads' layout
+        torch.mul(r[..., :-1], inv, out=y.transpose(1, 2))
+        ctx.save_for_backward(y, inv, keep)
+        return y.view(b, n, h * (d1 - 1))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: torch.Tensor):
+        y, inv, keep = ctx.saved_tensors
+        b, n, h, d = y.shape
+        gt = g.reshape(b, n, h, d).transpose(1, 2)  # (B, H, N, Dh) view
+        gr = g.new_empty(b, h, n, d + 1)
+        torch.mul(gt, inv, out=gr[..., :-1])
+        # d/dden of num / den = -y / den, through the clamp only where den >= eps
+        gden = (gt * y.transpose(1, 2)).sum(-1, keepdim=True).mul_(inv).neg_()
+        gr[..., -1:] = gden.masked_fill_(~keep, 0.0)
+        return gr, None
 
 
 def log_feature_map(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
@@ -89,17 +148,28 @@ class LinearAttention(Mixer):
         v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
         return fq, fk, v1
 
+    def _qkv_fast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_qkv1` without the ones column, arranged for speed: the feature map runs once on
+        the contiguous ``[q, k]`` block of the projection, not on the head-split strided views
+        (which do not vectorize: 4x slower at the variate shape, D=128, head dim 16)."""
+        zqk, zv = self.qkv(x).split([2 * self.dim, self.dim], dim=-1)  # (B, N, 2D), (B, N, D)
+        # split/chunk, not slicing: their backward is one cat, a slice's a zero fill + copy each
+        f = feature_map_fast(zqk, self.options.feature)  # (B, N, 2D) contiguous
+        q, k = (split_heads(t, self.heads) for t in f.chunk(2, dim=-1))  # (B, H, N, Dh)
+        return q, k, split_heads(zv, self.heads)
+
     def _finish(self, r: torch.Tensor) -> torch.Tensor:  # (B, H, N, Dh + 1) -> (B, N, D)
         y = r[..., :-1] / r[..., -1:].clamp_min(self.options.eps)
         return self.out(merge_heads(y))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
-        q, k, v1 = self._qkv1(x)
-        if self.causal:
-            zero = q.new_zeros(*q.shape[:-1], 1)  # no decay
-            r, _ = gla_chunked(q, k, v1, zero, chunk=self.options.chunk)
-        else:
-            r = q @ (k.transpose(-1, -2) @ v1)  # (B, H, N, Dh + 1)
+        q, k, v = self._qkv_fast(x)  # (B, H, N, Dh)
+        if not self.causal:
+            # the ones column joins the small (Dh, Dh) state, not the (N, Dh) values
+            kv = torch.cat([k.transpose(-1, -2) @ v, k.sum(-2)[..., None]], dim=-1)  # (B, H, Dh, Dh + 1)
+            return self.out(_NormalizedRead.apply(q @ kv, self.options.eps))  # (B, N, D)
+        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
+        r, _ = gla_chunked(q, k, v1, q.new_zeros(*q.shape[:-1], 1), chunk=self.options.chunk)  # no decay
         return self._finish(r)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:

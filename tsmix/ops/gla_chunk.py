@@ -136,8 +136,16 @@ def gla_bidir(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_a: torch.Te
               chunk: int) -> torch.Tensor:
     """GLA read ``o (..., N, d_v)``: causal inclusive, or bidirectional (+ the anti-causal half,
     exclusive of the current token). Shapes as :func:`gla_chunked`; picks the faster exact form:
-    :func:`gla_scan` for short sequences of small heads, else :func:`gla_chunked`."""
+    bidirectional on CPU with N <= 128, d_k <= 16 and bounded total decay, the dense decay
+    attention of :func:`tsmix.ops.gla_small.gla_dense_bidir`; else :func:`gla_scan` for short
+    sequences of small heads, else :func:`gla_chunked`."""
     n, dk, dv = q.shape[-2], q.shape[-1], v.shape[-1]
+    if not causal:
+        from tsmix.ops.gla_small import dense_bidir_fits, gla_dense_bidir  # imports this module
+
+        la = floor_decay(log_a)
+        if dense_bidir_fits(q, k, v, la):  # short sequences on CPU: a few batched matmuls
+            return gla_dense_bidir(q, k, v, la)
     if dk * dv <= SCAN_STATE_MAX and use_step_scan(n, q[..., 0, :, 0].numel() * dk * dv):
         return gla_scan(q, k, v, log_a, causal)
     o, _ = gla_chunked(q, k, v, log_a, chunk=chunk)
