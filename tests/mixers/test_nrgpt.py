@@ -308,3 +308,91 @@ def test_option_errors_name_the_fix():
         tsmix.build_mixer("nrgpt", DIM, heads=HEADS, step=0.0)
     with pytest.raises(tsmix.TsmixError, match="steps"):
         tsmix.build_mixer("gpt-rec-parallel", DIM, heads=HEADS, steps=0)
+
+
+# ------------------------------------------------------- fast path == closed form == autograd
+
+
+def _reads_reference(qk: torch.Tensor, beta: torch.Tensor, batch: int, heads: int) -> torch.Tensor:
+    """[P k | Pᵀ q] from the plain closed form: attention_energy_grad with α = 1 is -(P k, Pᵀ q)."""
+    from tsmix.mixers.softmax import merge_heads, split_heads
+
+    n, d = qk.shape[0] // batch, qk.shape[1] // 2
+    q, k = (split_heads(t.reshape(batch, n, d), heads) for t in qk.split(d, dim=1))
+    dq, dk = attention_energy_grad(q, k, torch.ones(heads, dtype=qk.dtype), beta, False)
+    return -torch.cat([merge_heads(dq), merge_heads(dk)], dim=-1).reshape(batch * n, 2 * d)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 42])
+@pytest.mark.parametrize("branch", ["bounded", "max_shift"])
+def test_bidir_attention_reads_match_closed_form_float64(monkeypatch, branch, n):
+    from tsmix.ops import energy_fast
+
+    # Both softmax branches: the row-bound shift (taken at ordinary scores) and the max-shifted
+    # softmax (taken when the bound could underflow a row); force each and check it is taken.
+    taken = []
+    real = energy_fast._bounded_shift_ok
+
+    def spy(bound):
+        taken.append(real(bound))
+        return branch == "bounded"
+
+    monkeypatch.setattr(energy_fast, "_bounded_shift_ok", spy)
+    torch.manual_seed(n)
+    batch, heads = 3, 2
+    qk = torch.randn(batch * n, 2 * heads * 4, dtype=F64, requires_grad=True)
+    beta = torch.tensor(0.7, dtype=F64, requires_grad=True)
+    out = energy_fast.bidir_attention_reads(qk, beta, batch, heads)
+    ref = _reads_reference(qk, beta, batch, heads)
+    assert taken == [True]  # ordinary scores: the real check picks the bounded shift
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(out)
+    g_out = torch.autograd.grad((out * w).sum(), [qk, beta])
+    g_ref = torch.autograd.grad((ref * w).sum(), [qk, beta])
+    for a, b in zip(g_out, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+def test_bidir_attention_reads_large_scores_take_the_max_shift(monkeypatch):
+    # Scores far beyond exp's range: the bound would underflow whole rows, so the max-shifted
+    # softmax must be taken, and it still equals the closed form (peaked, not NaN).
+    from tsmix.ops import energy_fast
+
+    taken = []
+    real = energy_fast._bounded_shift_ok
+    monkeypatch.setattr(energy_fast, "_bounded_shift_ok", lambda b: taken.append(real(b)) or taken[-1])
+    torch.manual_seed(0)
+    qk = (40.0 * torch.randn(2 * 9, 16, dtype=torch.float32)).requires_grad_(True)
+    beta = torch.tensor(1.0)
+    out = energy_fast.bidir_attention_reads(qk, beta, 2, 2)
+    assert taken == [False]
+    ref = _reads_reference(qk.double(), beta.double(), 2, 2)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("options", [*OPTION_SETS, dict(learn_beta=False)], ids=_ids)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidir"])
+def test_fused_forward_matches_closed_form_float64(monkeypatch, causal, options):
+    # forward is the fused path (hoisted weights, folded η and α, packed bidirectional reads);
+    # closed_form is the step-by-step energy_grad it replaced. Outputs and gradients w.r.t.
+    # the input and every parameter, at an off-init point.
+    import tsmix.mixers.nrgpt as nrgpt_module
+
+    calls = []
+    real = nrgpt_module.bidir_attention_reads
+    monkeypatch.setattr(nrgpt_module, "bidir_attention_reads", lambda *a: calls.append(1) or real(*a))
+    m = scale_weights(make(causal, steps=3, **options), 2.0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(3, 13, DIM, dtype=F64, requires_grad=True)
+    w = torch.randn(3, 13, DIM, dtype=F64)
+    y_fast, y_plain = m(x), m.closed_form(x)
+    assert len(calls) == (0 if causal else 3)  # bidirectional: the packed reads, once per step
+    torch.testing.assert_close(y_fast, y_plain, rtol=1e-10, atol=1e-10)
+    params = [p for p in m.parameters() if p.requires_grad]
+    g_fast = torch.autograd.grad((y_fast * w).sum(), [x, *params])
+    g_plain = torch.autograd.grad((y_plain * w).sum(), [x, *params])
+    for a, b in zip(g_fast, g_plain):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -49,6 +49,7 @@ from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
 from tsmix.ops.attention import attend, attention_reference
 from tsmix.ops.energy import (
     ACTIVATIONS,
+    activation_and_slope,
     attention_energy,
     attention_energy_grad,
     ff1_energy,
@@ -56,6 +57,7 @@ from tsmix.ops.energy import (
     ff2w_energy,
     ff2w_grad,
 )
+from tsmix.ops.energy_fast import bidir_attention_reads
 from tsmix.registry import Mixer, register_mixer
 
 ETAS = ("norm", "psd", "free")
@@ -227,7 +229,7 @@ class NRGPTMixer(Mixer):
     # ----------------------------------------------------------------------- dynamics
 
     def states(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """x_0 .. x_T as T+1 tensors (B, N, D), the fast path's trajectory."""
+        """x_0 .. x_T as T+1 tensors (B, N, D), stepped by the closed form (the forward's function)."""
         out = [x]
         delta = torch.zeros_like(x)
         for _ in range(self.options.steps):
@@ -237,11 +239,73 @@ class NRGPTMixer(Mixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         self._probe = x[:4].detach().clone()
+        return self._fused_delta(x)
+
+    def closed_form(self, x: torch.Tensor) -> torch.Tensor:
+        """The dynamics step by step through :meth:`energy_grad`: the plain closed form that
+        :meth:`_fused_delta` reorganises (and the fast path before it existed)."""
         # Accumulate the update apart from x: at |x| ~ 1e4, x_T - x would cancel to zero bits.
         delta = torch.zeros_like(x)
         for _ in range(self.options.steps):
             delta = delta - self._apply_eta(self.energy_grad(self.norm(x + delta)))
         return delta
+
+    def _fused_delta(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        """:meth:`closed_form` with the per-step work cut down (same function, other rounding).
+
+        - Weights are shared by all T steps, so everything that only involves weights is done
+          once, outside the loop: [W_Q; W_K] concatenated (one projection matmul per step), and
+          -η folded into the back-projections, Wη := -(W ηᵀ), so a step's update is
+          ``delta + [dq | dk] W_QKη + c W₁η`` (two addmm, no elementwise pass over the tokens).
+        - Tokens are flattened to (B·N, D); ``bidir_attention_reads`` takes and returns the
+          packed [q | k] projection, so heads are split / merged inside it, and its -α_h
+          (a per-channel scale) is folded into the back-projection too.
+        - bidirectional: that function's hand-written backward touches each (N, N) tensor
+          once (autograd's generic one of the closed form makes several passes over them,
+          which dominates at short N).
+        - relu FF1: σ σ' = relu(h)·1[h > 0] = relu(h), one op instead of three.
+        """
+        o, d, heads = self.options, self.dim, self.heads
+        b, n, _ = x.shape
+        ff1 = o.ff == "ff1"
+
+        eta_diag = o.step * self.norm.weight if o.eta == "norm" else None  # (D,): η = c·diag(γ)
+        eta_t = self.eta_matrix().T if o.eta != "norm" else None  # (D, D), once for all steps
+
+        def fold(w: torch.Tensor) -> torch.Tensor:  # (K, D) -> -(W ηᵀ): the force of W, stepped
+            return w * -eta_diag if eta_t is None else -(w @ eta_t)  # diagonal η: column scaling
+
+        w_qk = torch.cat([self.wq.weight, self.wk.weight])  # (2D, D), projection [q | k]
+        if self.causal:
+            w_back = fold(self.wq.weight)  # (D, D); the causal dq carries its -α
+        else:  # bidir_attention_reads returns [P k | Pᵀ q]: (dq, dk) = -α_h times those rows
+            neg_a = (-self.alpha).repeat_interleave(d // heads)  # (D,), -α_h per channel of head h
+            w_back = fold(w_qk * neg_a.repeat(2).unsqueeze(1))  # (2D, D)
+        w_ff_back = fold(-2.0 * self.w1.weight) if ff1 else None  # (F, D): ∂E/∂g = -2 W₁ᵀ(σ σ')
+        alpha, beta = self.alpha, self.beta
+        x2 = x.reshape(b * n, d)
+        delta = torch.zeros_like(x2)  # (B·N, D)
+        for _ in range(o.steps):
+            g = self.norm(x2 + delta)  # (B·N, D)
+            hqk = F.linear(g, w_qk)  # (B·N, 2D) = [q | k]
+            if self.causal:  # SDPA on the shifted sequences (attention_energy_grad), query term only
+                q, k = (split_heads(t.reshape(b, n, d), heads) for t in hqk.split(d, dim=1))  # (B, H, N, Dh)
+                dq, _ = attention_energy_grad(q, k, alpha, beta, True)
+                delta = torch.addmm(delta, merge_heads(dq).reshape(b * n, d), w_back)
+            else:
+                delta = torch.addmm(delta, bidir_attention_reads(hqk, beta, b, heads), w_back)
+            if ff1:
+                hf = F.linear(g, self.w1.weight, self.w1.bias)  # (B·N, F)
+                if o.activation == "relu":
+                    coef = F.relu(hf)
+                else:
+                    s, ds = activation_and_slope(hf, o.activation)
+                    coef = s * ds
+                delta = torch.addmm(delta, coef, w_ff_back)
+            elif o.ff == "ff2w":
+                v_ff = ff2w_grad(g, self.w1.weight, self.w1.bias, self.w2.weight, o.activation)
+                delta = delta - (eta_diag * v_ff if eta_t is None else v_ff @ eta_t)
+        return delta.view(b, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same dynamics with ∂E/∂g from torch.autograd on the plain energy function."""

@@ -4,7 +4,9 @@ Every energy here is per token, shape (B, N); its gradient with respect to the n
 tokens ``g`` is written out by hand so that the mixer's forward pass is one fused
 attention call plus a few matmuls, never ``torch.autograd.grad``. The plain energies are
 kept beside the closed forms: the tests (and ``NRGPTMixer.reference``) differentiate them
-with autograd and compare.
+with autograd and compare. The mixer's training path takes the bidirectional attention
+term from :mod:`tsmix.ops.energy_fast` (same function, hand-written backward); the closed
+forms here are its reference.
 
 Attention energy of token A, head h (J_h = W_K,hᵀ W_Q,h, q = W_Q g, k = W_K g):
 
