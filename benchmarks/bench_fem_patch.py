@@ -8,10 +8,12 @@ One process, one thread, process CPU time; in every cell the variants alternate 
   (B sequences × 7/21 tokens, D=128, 8 heads), each × softmax in the same cell. *before* is the
   pre-#21 forward rebuilt from the plain building blocks the mixers keep for ``reference`` and
   ``step`` (``cond.forward``, ``_project``, ``_pack``, ``_unpack``, ``_mix``): the same
-  module and weights, the old data flow; *after* is ``forward``.
-* **Breakdown**: the fast path cut into stages (fused projection, C's gain and modulation, gates/values/
-  packing, prior read, unpack + combine, out projection), each timed fwd+bwd on detached
-  inputs with a fixed upstream gradient, beside softmax's total.
+  module and weights, the old data flow; *token-major* is the shared fast path
+  (``FreeEnergyMixer.forward``: fem-aft's scans, what fem-aft ran before the channel-major
+  path); *after* is ``forward`` (both channel-major on CPU at these shapes).
+* **Breakdown**: the channel-major fast path cut into stages (fused projection, C's gain and
+  modulation, gates/values/packing, prior read, unpack + combine, out projection), each timed
+  fwd+bwd on detached inputs with a fixed upstream gradient, beside softmax's total.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_fem_patch.py --out benchmarks/bench_fem_patch.txt
 """
@@ -28,6 +30,7 @@ from collections.abc import Callable
 import torch
 
 import tsmix
+from tsmix.mixers._fem_core import FreeEnergyMixer
 
 SHAPES = {  # name -> (D, heads, [(label, sequences, tokens)])
     "patch": (16, 4, [("B=32 (224×42)", 224, 42), ("B=128 (896×42)", 896, 42)]),
@@ -103,21 +106,24 @@ def _cell(
     for n in FEM:
         m = mods[n]
         fns[f"{n}/before"] = fwd_bwd(lambda m=m: before_forward(m, x), [x], gy)
+        fns[f"{n}/token-major"] = fwd_bwd(lambda m=m: FreeEnergyMixer.forward(m, x), [x], gy)
         fns[f"{n}/after"] = fwd_bwd(lambda m=m: m(x), [x], gy)
     return alternate(fns, rounds)
 
 
 def ratios(rounds: int, log: Callable[[str], None]) -> None:
-    log("## fwd+bwd × softmax in the same cell (before → after)\n")
+    log("## fwd+bwd × softmax in the same cell (before → token-major fast path → after)\n")
     for shape, (dim, heads, cells) in SHAPES.items():
         log(f"### {shape}: D={dim}, {heads} heads\n")
-        log("| cell | softmax ms | " + " | ".join(f"{n} before | {n} after" for n in FEM) + " |")
-        log("|---|---:|" + "---:|---:|" * len(FEM))
+        cols = " | ".join(f"{n} before | {n} token-major | {n} after" for n in FEM)
+        log(f"| cell | softmax ms | {cols} |")
+        log("|---|---:|" + "---:|---:|---:|" * len(FEM))
         mods = {n: build(n, dim, heads) for n in ("softmax", *FEM)}
         for label, seqs, tokens in cells:
             ms = _cell(mods, seqs, tokens, dim, rounds)
             sm = ms["softmax"]
-            row = " | ".join(f"{ms[f'{n}/before'] / sm:.2f} | {ms[f'{n}/after'] / sm:.2f}" for n in FEM)
+            variants = ("before", "token-major", "after")
+            row = " | ".join(" | ".join(f"{ms[f'{n}/{v}'] / sm:.2f}" for v in variants) for n in FEM)
             log(f"| {label} | {sm:.1f} | {row} |")
         log("")
 
@@ -136,7 +142,7 @@ def breakdown(shape: str, rounds: int, log: Callable[[str], None]) -> None:
     sm = build("softmax", dim, heads)
     x = torch.randn(seqs, tokens, dim, requires_grad=True)
     for name in FEM:
-        stages = _stages_sm if name == "fem-sm" else _stages
+        stages = _stages_sm if name == "fem-sm" else _stages_aft
         ms = stages(name, build(name, dim, heads), sm, x, rounds)
         total = ms[f"{name} (whole mixer)"]
         log(f"| {name} stage | ms | share of {name} |")
@@ -178,31 +184,42 @@ def _stages_sm(name: str, m, sm: torch.nn.Module, x: torch.Tensor, rounds: int) 
     return alternate(stages, rounds)
 
 
-def _stages(name: str, m, sm: torch.nn.Module, x: torch.Tensor, rounds: int) -> dict[str, float]:
-    """Each stage of ``m``'s token-major fast path (``FreeEnergyMixer.forward``) fwd+bwd on
-    detached inputs (``m`` whole and softmax beside)."""
+def _stages_aft(name: str, m, sm: torch.nn.Module, x: torch.Tensor, rounds: int) -> dict[str, float]:
+    """fem-aft's channel-major path (``_forward_t``, the read one ``bmm`` by the decay kernel) cut
+    into its stages."""
+    from tsmix.ops import fem_priors as P
+
     with torch.no_grad():  # C's output projection starts at 0; any value costs the same
         m.cond.proj.normal_(0.0, 0.1)
-    zp = _leaf(m.in_proj(x))
-    z = _leaf(m._fast_z(x))
-    pin, u, lam, g, beta = m._fast_parts(x, z)
-    pin_l = {k: _leaf(v) for k, v in pin.items()}
-    u_l = tuple(_leaf(t) for t in u) if isinstance(u, tuple) else _leaf(u)
-    lam_l, g_l, beta_l = _leaf(lam), _leaf(g), _leaf(beta)
-    leaves_u = list(u_l) if isinstance(u_l, tuple) else [u_l]
-    mu, zr = (_leaf(t) for t in m._fast_read(pin_l, u_l))
-    o = _leaf(m._fast_post(mu, zr, lam_l, g_l, beta_l))
+    n = x.shape[1]
+    xt, w, bias = x.reshape(-1, x.shape[-1]).t(), m.in_proj.weight, m.in_proj.bias
+    zt = _leaf(torch.addmm(bias[:, None], w, xt))
+    parts = {k: _leaf(v) for k, v in m._t_parts(x).items()}
+    pl = list(parts.values())
+    v, ex, beta = (_leaf(t) for t in m._t_values(parts))
+    key = _leaf(parts["key"].clamp(-m.options.key_cap, m.options.key_cap))
+    lam, g = (_leaf(t) for t in m._t_gates(parts))
+    def log_decay():
+        return -torch.nn.functional.softplus(m.decay_raw)
+
+    mu, z = (_leaf(t) for t in P.aft_read_t(key, log_decay(), [v, ex], n, False))
+    y = _leaf(m._t_post(mu, z, lam, g, beta))
     stages = {
         "softmax (whole mixer)": fwd_bwd(lambda: sm(x), [x], None),
         f"{name} (whole mixer)": fwd_bwd(lambda: m(x), [x], None),
-        "C: gain and z × gain (cond.modulate)": fwd_bwd(lambda: m.cond.modulate(zp, x), [x, zp], None),
-        "in_proj": fwd_bwd(lambda: m.in_proj(x), [x], None),
-        "gates, bound, exp, pack": fwd_bwd(lambda: m._fast_parts(x, z), [z], None),
-        "prior read (+ unpack)": fwd_bwd(
-            lambda: m._fast_read(pin_l, u_l), [*leaves_u, *pin_l.values()], None
+        "C: gain and z × gain (cond.modulate_t)": fwd_bwd(lambda: m.cond.modulate_t(zt, x), [x, zt], None),
+        "in_proj": fwd_bwd(lambda: torch.addmm(bias[:, None], w, xt), [x], None),
+        "gates (lam, g)": fwd_bwd(lambda: m._t_gates(parts), pl, None),
+        "values (bound, exp), key clamp": fwd_bwd(
+            lambda: (*m._t_values(parts), parts["key"].clamp(-m.options.key_cap, m.options.key_cap)), pl, None
         ),
-        "log, combine": fwd_bwd(lambda: m._fast_post(mu, zr, lam_l, g_l, beta_l), [mu, zr], None),
-        "out projection": fwd_bwd(lambda: m.out(o), [o], None),
+        "prior read (weights, bmm by the kernel, normalize)": fwd_bwd(
+            lambda: P.aft_read_t(key, log_decay(), [v, ex], n, False),
+            [key, v, ex],
+            None,
+        ),
+        "log, combine": fwd_bwd(lambda: m._t_post(mu, z, lam, g, beta), [mu, z, lam, g, beta], None),
+        "out projection": fwd_bwd(lambda: m._t_out(y, x.shape), [y], None),
     }
     return alternate(stages, rounds)
 

@@ -381,3 +381,82 @@ def test_channel_select_one_fem_head_solves_it_one_softmax_head_cannot():
     assert abs(fem["mixer_params"] - sm["mixer_params"]) / sm["mixer_params"] < 0.02
     assert fem["accuracy"] >= 0.99, fem
     assert sm["accuracy"] <= 0.9, sm
+
+
+# ----------------------------------------------------------------------------- channel-major paths
+
+
+@pytest.mark.parametrize("name", ["fem-sm", "fem-aft"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("n", [7, 21])
+@pytest.mark.parametrize(
+    "opts", OPTION_SETS[:4], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "-"
+)
+def test_channel_major_path_taken_and_equals_reference(name, causal, n, opts, monkeypatch):
+    """At the iTransformer encoder's kind of shape (a few sequences of 7 / 21 tokens, dv = 4) the
+    CPU forward takes the channel-major path (fem-aft: the read as one bmm by the decay kernel),
+    and it equals the plain reference in float64: outputs 1e-10, gradients 1e-9."""
+    torch.manual_seed(3)
+    m = tsmix.build_mixer(name, 32, heads=4, causal=causal, **opts).double().eval()
+    if m.cond is not None:
+        with torch.no_grad():
+            m.cond.proj.normal_(0.0, 0.5)
+    calls = []
+    fast = type(m)._forward_t
+    monkeypatch.setattr(type(m), "_forward_t", lambda self, x: calls.append(1) or fast(self, x))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, n, 32, generator=g, dtype=f64, requires_grad=True)
+    y, r = m(x), m.reference(x)
+    assert calls, "the channel-major path was not taken"
+    torch.testing.assert_close(y, r, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(y)
+    params = list(m.parameters())
+    g1 = torch.autograd.grad((y * w).sum(), [x, *params], allow_unused=True)
+    g2 = torch.autograd.grad((r * w).sum(), [x, *params], allow_unused=True)
+    for a, b in zip(g1, g2):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_aft_read_t_equals_the_scan_read(causal):
+    """fem-aft's short-sequence read (one bmm by the (E, N, N) decay kernel, channel-major) against
+    the scan form it replaces there (token-major), values and gradients, float64."""
+    from tsmix.ops import fem_priors as P
+
+    g = torch.Generator().manual_seed(7)
+    b, n, e = 3, 9, 5
+    key = (3 * torch.randn(b, n, e, generator=g, dtype=f64)).requires_grad_(True)
+    cols = [torch.randn(b, n, e, generator=g, dtype=f64, requires_grad=True) for _ in range(2)]
+    raw = torch.randn(e, generator=g, dtype=f64, requires_grad=True)
+    log_decay = -torch.nn.functional.softplus(raw)
+
+    def t(c):  # (B, N, E) -> channel-major (E, B N)
+        return c.flatten(0, 1).t()
+
+    fast = [c.t().reshape(b, n, e) for c in P.aft_read_t(t(key), log_decay, [t(c) for c in cols], n, causal)]
+    plain = P.aft_prior_read(key, log_decay, torch.stack(cols, dim=-1), causal).unbind(-1)
+    w = [torch.randn(b, n, e, generator=g, dtype=f64) for _ in cols]
+    leaves = [key, *cols, raw]
+    for y, r in zip(fast, plain):
+        torch.testing.assert_close(y, r, rtol=1e-12, atol=1e-12)
+    g1 = torch.autograd.grad(sum((y * v).sum() for y, v in zip(fast, w)), leaves, retain_graph=True)
+    g2 = torch.autograd.grad(sum((r * v).sum() for r, v in zip(plain, w)), leaves)
+    for a, c in zip(g1, g2):
+        torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["fem-sm", "fem-aft"])
+def test_channel_major_path_under_cpu_bf16_autocast(name):
+    """The channel-major paths run under CPU bfloat16 autocast, finite and close to float32."""
+    torch.manual_seed(0)
+    m = tsmix.build_mixer(name, 32, heads=4, causal=False)
+    with torch.no_grad():
+        m.cond.proj.normal_(0.0, 0.5)
+    x = torch.randn(4, 21, 32, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    y.float().sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(y.float(), m(x).detach(), rtol=0.1, atol=0.1)

@@ -3,8 +3,10 @@
 The shared FEM read (options, C/L/T/G components, streaming) is
 :class:`tsmix.mixers._fem_core.FreeEnergyMixer`; each class here defines one selection prior
 (``tsmix.ops.fem_priors``) on top of it. On CPU at short sequences with narrow heads (the
-encoders' shapes) ``fem-sm`` runs its whole read channel-major (:meth:`FEMSoftmax._forward_t`)
-and ``fem-aft`` reads its columns through :func:`tsmix.ops.fem_priors.aft_read_columns`.
+encoders' shapes) ``fem-sm`` and ``fem-aft`` run their whole read channel-major
+(``_forward_t``, pieces shared in :mod:`tsmix.mixers._fem_t`); fem-aft's read is then one
+``bmm`` by its ``(E, N, N)`` decay kernel (:func:`tsmix.ops.fem_priors.aft_read_t`), elsewhere
+its columns go through the scans of :func:`tsmix.ops.fem_priors.aft_read_columns`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from tsmix.mixers._fem_core import (
     inv_softplus,
     qk_width,
 )
+from tsmix.mixers._fem_t import ChannelMajorRead
 from tsmix.mixers.linear import log_feature_map
 from tsmix.mixers.softmax import split_heads
 from tsmix.ops import fem_priors as P
 from tsmix.ops.attention import SMALL_HEAD_DIM, SMALL_SEQUENCE, causal_mask
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
-from tsmix.ops.lse_read import bound_values, free_energy_combine
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
 
@@ -66,7 +68,7 @@ class FEMSMOptions(FEMOptions):
     position_aware=lambda o: o.cond or o.rope,  # softmax alone is permutation-equivariant
     space=fem_space("fem-sm", lambda t: {"dropout": t.suggest_float("fem-sm.dropout", 0.0, 0.3)}),
 )
-class FEMSoftmax(FreeEnergyMixer):
+class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
     """FEM on a softmax-attention prior: [v, exp(beta v)] read by one SDPA call."""
 
     name, streaming = "fem-sm", False
@@ -116,18 +118,10 @@ class FEMSoftmax(FreeEnergyMixer):
         :meth:`tsmix.mixers._fem_core.FreeEnergyMixer.forward` and the small-head path of
         :func:`tsmix.ops.attention.attend` (``baddbmm`` scaled by ``d_k^-1/2``, softmax, ``bmm``).
         """
-        b, n, d = x.shape
+        b, n, _ = x.shape
         parts = self._t_parts(x)
         y = self._t_read(self._t_weights(parts, b, n), *self._t_columns(parts, b, n), b, n)
-        return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)  # mm reads y transposed
-
-    def _t_parts(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Fused projection times C's gain, channel-major: ``{name: (width, B N)}`` row blocks."""
-        xt, w, bias = x.reshape(-1, x.shape[-1]).t(), self.in_proj.weight, self.in_proj.bias
-        z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # mm reads x transposed
-        if self.cond is not None:
-            z = self.cond.modulate_t(z, x)  # C: z (1 + s)
-        return dict(zip(self.widths, z.split(list(self.widths.values()), dim=0)))
+        return self._t_out(y, x.shape)
 
     def _blocks(self, c: torch.Tensor, w: int, b: int, n: int) -> torch.Tensor:
         """``(H w, B N) -> (H B, w, N)``: one head's width-w block per sequence."""
@@ -151,17 +145,10 @@ class FEMSoftmax(FreeEnergyMixer):
         """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``
         per head), ``lam, g (E, B N)``, ``beta (E, 1)``; None for what the options switch off."""
         h, dv = self.heads, self.dv
-        lam = torch.sigmoid(parts["lam"]) if "lam" in parts else None
-        g = None
-        if "gate" in parts:  # softplus, then unit RMS over each head's dv channels
-            g = F.softplus(parts["gate"]).view(h, dv, -1)
-            g = (g * torch.rsqrt(g.square().mean(1, keepdim=True) + 1e-6)).view(self.e, -1)
-        v = parts["v"]
-        if self.beta_raw is None:
+        lam, g = self._t_gates(parts)
+        v, ex, beta = self._t_values(parts)
+        if beta is None:
             return self._blocks(v, dv, b, n), lam, g, None
-        beta = self.beta().to(v.dtype)[:, None]
-        v = bound_values(v, beta, self.options.exp_cap)  # |beta v| <= exp_cap before exp
-        ex = torch.exp(beta * v)
         vh, eh = v.view(h, dv, b, n).transpose(1, 2), ex.view(h, dv, b, n).transpose(1, 2)
         return torch.stack([vh, eh], dim=2).view(h * b, 2 * dv, n), lam, g, beta  # one write
 
@@ -170,14 +157,9 @@ class FEMSoftmax(FreeEnergyMixer):
         h, dv, e = self.heads, self.dv, self.e
         r = torch.bmm(u, pt)  # (H B, P dv, N)
         if beta is None:
-            mu, f = r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None
-        else:
-            r = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n)  # one copy
-            mu, z = r[0], r[1]
-            f = torch.log(z.clamp_min(torch.finfo(z.dtype).tiny)) / beta  # F = log(Z) / beta
-        if lam is not None:
-            self._last_lambda = lam.detach().mean()
-        return free_energy_combine(mu, f, lam, g)
+            return self._t_post(r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None, lam, g, None)
+        mu, z = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n).unbind(0)  # one copy
+        return self._t_post(mu, z, lam, g, beta)
 
     def _prior_logp(self, pin):
         return P.sm_logp(pin["q"], pin["k"], self.causal)
@@ -237,7 +219,9 @@ class FEMGLA(FreeEnergyMixer):
         }
 
     def _prior_read(self, pin, u):
-        q, k = _phi(pin["zq"]), _phi(pin["zk"])
+        # features of contiguous copies: elu (and its backward) on the head-split strided views
+        # does not vectorize (3x the time at the variate shape), and the read wants (B, H, N, d_k)
+        q, k = _phi(pin["zq"].contiguous()), _phi(pin["zk"].contiguous())
         return P.gla_prior_read(q, k, u, pin["log_a"], self.causal, self.chunk)
 
     def _prior_logp(self, pin):
@@ -258,6 +242,9 @@ class FEMSSMOptions(FEMOptions):
     state: int = 16  # state size R per channel (Mamba's N)
     dt_min: float = 1e-3  # initial step sizes are log-uniform in [dt_min, dt_max]
     dt_max: float = 1e-1
+    # the fused read (tsmix.ops.ssm_scan) at the shapes it is taken; False = the plain autograd
+    # read (twice differentiable; the reference the fused one is tested against)
+    fused: bool = True
 
 
 @register_mixer(
@@ -290,13 +277,16 @@ class FEMSSM(FreeEnergyMixer):
                 self.in_proj.bias[rows].copy_(inv_softplus(dt - SSM_FLOOR))
 
     def _prior_inputs(self, x, parts):
-        dt = F.softplus(parts["dt"]) + SSM_FLOOR  # (B, N, E) > 0
+        # each slice made contiguous before its transcendental op: on a strided slice of the fused
+        # projection softplus does not vectorize (several times slower at the patch shape)
+        dt = F.softplus(parts["dt"].contiguous()) + SSM_FLOOR  # (B, N, E) > 0
         b, c = self.bc_proj(x).chunk(2, dim=-1)
+        b, c = F.softplus(b.contiguous()) + SSM_FLOOR, torch.softmax(c.contiguous(), -1)
         # positive input map; the output map is a distribution over the state (its scale cancels)
-        return {"dt": dt, "a": -self.a_log.exp(), "b": F.softplus(b) + SSM_FLOOR, "c": torch.softmax(c, -1)}
+        return {"dt": dt, "a": -self.a_log.exp(), "b": b, "c": c}
 
     def _prior_read(self, pin, u):
-        return P.ssm_prior_read(pin["dt"], pin["a"], pin["b"], pin["c"], u, self.causal)
+        return P.ssm_prior_read(pin["dt"], pin["a"], pin["b"], pin["c"], u, self.causal, self.options.fused)
 
     def _prior_logp(self, pin):
         return P.ssm_prior_logp(pin["dt"], pin["a"], pin["b"], pin["c"], self.causal)
@@ -319,7 +309,7 @@ class FEMAFTOptions(FEMOptions):
 @register_mixer(
     "fem-aft", options=FEMAFTOptions, position_aware=True, streaming=True, space=fem_space("fem-aft")
 )
-class FEMAFT(FreeEnergyMixer):
+class FEMAFT(ChannelMajorRead, FreeEnergyMixer):
     """FEM on an AFT prior: per-channel weights exp(key_s - gamma |t - s|) (AFT-simple at gamma = 0)."""
 
     name, per_channel = "fem-aft", True
@@ -341,6 +331,26 @@ class FEMAFT(FreeEnergyMixer):
 
     def _prior_logp(self, pin):
         return P.aft_prior_logp(pin["key"], pin["log_decay"], self.causal)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        if x.device.type != "cpu" or self.options.recompute or x.shape[1] > SMALL_SEQUENCE:
+            return super().forward(x)  # token-major fast path (the scans of aft_read_columns)
+        return self._forward_t(x)
+
+    def _forward_t(self, x: torch.Tensor) -> torch.Tensor:
+        """The whole read channel-major (``(channels, B N)``, see :mod:`tsmix.mixers._fem_t`), the
+        prior read as one ``bmm`` by the ``(E, N, N)`` decay kernel (:func:`P.aft_read_t`).
+
+        Why: on short sequences the token-major scans cost a Python step (and its adjoint) per
+        position on ``(B, E)`` slices, most of fem-aft's time at the variate shape; the kernel is
+        ``N^2`` per channel, shared by the batch, and needs no permute channel-major."""
+        parts = self._t_parts(x)
+        lam, g = self._t_gates(parts)
+        v, ex, beta = self._t_values(parts)
+        cap = self.options.key_cap
+        key, log_decay = parts["key"].clamp(-cap, cap), -F.softplus(self.decay_raw).to(x.dtype)
+        r = P.aft_read_t(key, log_decay, [v] if ex is None else [v, ex], x.shape[1], self.causal)
+        return self._t_out(self._t_post(r[0], r[1] if len(r) > 1 else None, lam, g, beta), x.shape)
 
     def _fast_pack(self, v, e):
         return (v,) if e is None else (v, e)  # the columns stay apart until _fast_read weights them

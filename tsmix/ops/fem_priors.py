@@ -21,6 +21,7 @@ import torch
 from tsmix.ops.attention import attend, attention_logits, causal_mask
 from tsmix.ops.decay_scan import _work_dtype, decay_scan, segment_sum, shift_exclusive
 from tsmix.ops.gla_chunk import gla_bidir, gla_step
+from tsmix.ops.ssm_scan import ssm_read, use_ssm_scan
 from tsmix.ops.step_scan import step_scan, use_step_scan
 
 
@@ -101,14 +102,29 @@ def _scan_bidir(x: torch.Tensor, log_a: torch.Tensor, causal: bool) -> torch.Ten
     return h
 
 
-def ssm_prior_read(dt, a, b, c, u, causal: bool) -> torch.Tensor:
+def ssm_prior_read(dt, a, b, c, u, causal: bool, fused: bool = True) -> torch.Tensor:
     """Normalized selective scan (Mamba-style, one prior per value channel).
 
     ``dt (B, N, E) > 0`` step sizes, ``a (E, R) < 0``, ``b (B, N, R) > 0`` input and
     ``c (B, N, R) > 0`` output maps, ``u (B, N, E, P)`` columns. The state of channel ``e`` is
     ``h_t = exp(dt_t a) h_{t-1} + dt_t b_t u_t``, read ``c_t . h_t``; the weight it gives position
     ``s`` is positive, and dividing by the read of a ones column normalizes it.
+
+    Short sequences with big steps (the encoders' shapes) take the fused read of
+    :func:`tsmix.ops.ssm_scan.ssm_read` (one autograd node, hand-written adjoint scans) unless
+    ``fused`` is False; otherwise, and as the reference, :func:`ssm_prior_read_reference`.
     """
+    bsz, n, e, p = u.shape
+    if fused and use_ssm_scan(n, bsz * e * a.shape[-1] * (p + 1)):
+        wd = _work_dtype(torch.promote_types(torch.promote_types(dt.dtype, a.dtype), u.dtype))
+        y = ssm_read(dt.to(wd), a.to(wd), b.to(wd), c.to(wd), u.to(wd), causal).to(u.dtype)
+        return y[..., :-1] / y[..., -1:].clamp_min(torch.finfo(y.dtype).tiny)
+    return ssm_prior_read_reference(dt, a, b, c, u, causal)
+
+
+def ssm_prior_read_reference(dt, a, b, c, u, causal: bool) -> torch.Tensor:
+    """:func:`ssm_prior_read` through autograd: the state ``x (B, N, E, R, P+1)`` is built,
+    scanned by :func:`_scan_bidir` and read (twice differentiable at small steps)."""
     bsz, n, e, _ = u.shape
     r = a.shape[-1]
     u1 = torch.cat([u, torch.ones_like(u[..., :1])], dim=-1)  # (B, N, E, P+1)
@@ -173,6 +189,39 @@ def aft_read_columns(key, log_decay, cols: list[torch.Tensor], causal: bool) -> 
     y = _scan_bidir(x.view(b, n, e * p1, 1), log_a, causal).view(b, n, e, p1)
     den = y[..., -1].clamp_min(torch.finfo(y.dtype).tiny)
     return [y[..., i] / den for i in range(p1 - 1)]
+
+
+def aft_kernel_t(log_decay: torch.Tensor, n: int, causal: bool) -> torch.Tensor:
+    """AFT's position weights transposed, ``(E, N_s, N_t)``: ``exp(log_decay_e |t - s|)``, 0 at
+    ``s > t`` when causal. Every factor is at most 1 (``log_decay <= 0``): nothing overflows."""
+    pos = torch.arange(n, device=log_decay.device, dtype=log_decay.dtype)
+    dist = (pos[None, :] - pos[:, None]).abs()  # (N_s, N_t)
+    k = torch.exp(log_decay[:, None, None] * dist)
+    if causal:
+        k = k.masked_fill(~causal_mask(n, log_decay.device).t(), 0.0)  # keep s <= t
+    return k
+
+
+def aft_read_t(key, log_decay, cols: list[torch.Tensor], n: int, causal: bool) -> list[torch.Tensor]:
+    """:func:`aft_prior_read` channel-major for short sequences: ``key`` and each column
+    ``(E, B N)`` (tokens in ``(b, n)`` order), ``log_decay (E,)`` -> the columns' reads, each
+    ``(E, B N)``.
+
+    The decay is per channel and the same at every step, so on a short sequence the whole read
+    is one ``bmm`` of the weighted columns ``(E, (P+1) B, N)`` by the ``(E, N, N)`` kernel of
+    :func:`aft_kernel_t`: no step loop, no permutes (the same sums as the scan, in another
+    order). The sums run in float32 under bfloat16 / float16 (as the scan's work dtype).
+    """
+    e = key.shape[0]
+    wd = _work_dtype(key.dtype)
+    with torch.autocast(key.device.type, enabled=False):  # autocast would cast the bmm down
+        w = key.to(wd).exp()
+        x = torch.stack([w * c.to(wd) for c in cols] + [w], dim=1)  # (E, P+1, B N)
+        p1 = x.shape[1]
+        y = torch.bmm(x.view(e, -1, n), aft_kernel_t(log_decay.to(wd), n, causal)).view(e, p1, -1)
+        *num, den = y.unbind(1)  # (E, B N) each: unbind, not selects (one gradient buffer, not P+1)
+        den = den.clamp_min(torch.finfo(y.dtype).tiny)  # the normalizer
+        return [(c / den).to(key.dtype) for c in num]
 
 
 def aft_prior_logp(key, log_decay, causal: bool) -> torch.Tensor:
