@@ -128,7 +128,7 @@ SMOKE = Suite(
     datasets=("ETTh1",),
     horizons=(24,),
     seeds=(2021,),
-    lookbacks=(("dlinear", 96), ("patchtst", 96), ("itransformer", 96)),
+    lookbacks=(("dlinear", 96), ("patchtst", 96), ("itransformer", 96), ("rlinear", 96)),
     default_lookback=96,
     rows=1200,
     overrides=(
@@ -137,6 +137,7 @@ SMOKE = Suite(
                          dropout=0.1, patch_len=16, stride=8, patience=3)),
         ("itransformer", _kw(epochs=1, batch_size=64, lr=1e-3, d_model=16, heads=2, layers=1, d_ff=32,
                              dropout=0.1, patience=3)),
+        ("rlinear", _kw(epochs=1, batch_size=32, lr=0.005, patience=3)),
     ),
 )
 
@@ -157,7 +158,7 @@ QUICK = Suite(
     datasets=("ETTh1", "ETTh2"),
     horizons=ALL_HORIZONS,
     seeds=DEFAULT_SEEDS,
-    lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96)),
+    lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96), ("rlinear", 336)),
     default_lookback=96,
     presets=(("dlinear", "paper"), ("patchtst", "paper")),
     overrides=(
@@ -173,7 +174,7 @@ PAPER = Suite(
     datasets=ALL_DATASETS,
     horizons=ALL_HORIZONS,
     seeds=DEFAULT_SEEDS,
-    lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96)),
+    lookbacks=(("dlinear", 336), ("patchtst", 336), ("itransformer", 96), ("rlinear", 336)),
     default_lookback=96,
     default_preset="paper",
 )

@@ -14,6 +14,7 @@ import torch
 from tsmix import available_mixers
 from tsmix.cli import main as cli_main
 from tsmix.errors import TsmixError
+from tsmix.forecasting import available_models, model_spec
 from tsmix.forecasting.benchmark import (
     COLUMNS,
     SUITES,
@@ -51,7 +52,8 @@ def _quiet(_msg: str) -> None:
 def test_quick_grid_covers_every_registered_mixer_in_both_encoders():
     runs = expand(SUITES["quick"])
     m = len(available_mixers())
-    assert len(runs) == 2 * 4 * (1 + 2 * m) * 3
+    plain = [name for name in available_models() if not model_spec(name).uses_mixer]  # dlinear, rlinear
+    assert len(runs) == 2 * 4 * (len(plain) + 2 * m) * 3
     assert {r.key for r in runs} == {r.key for r in set(runs)} and len({r.key for r in runs}) == len(runs)
     patch = [r for r in runs if r.model == "patchtst"]
     var = [r for r in runs if r.model == "itransformer"]
@@ -182,11 +184,12 @@ def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
     monkeypatch.setattr(runner_mod, "run_one", real)
 
     out = run_suite(SUITES["smoke"], results, mixers=["softmax"], data_dir=data_dir, threads=1, log=_quiet)
-    assert out["done_before"] == 1 and out["ran"] == 2 and not out["failed"]
+    models = available_models()  # one run per registered model
+    assert out["done_before"] == 1 and out["ran"] == len(models) - 1 and not out["failed"]
     rows = ResultStore(results).rows("smoke")
-    assert len(rows) == 3
-    assert {(r["model"], r["mixer"]) for r in rows} == {("dlinear", NO_MIXER), ("patchtst", "softmax"),
-                                                        ("itransformer", "softmax")}
+    assert len(rows) == len(models)
+    assert {(r["model"], r["mixer"]) for r in rows} == {
+        (m, "softmax" if model_spec(m).uses_mixer else NO_MIXER) for m in models}
     for r in rows:
         assert all(r.get(c) not in (None, "") for c in REQUIRED), r
         assert math.isfinite(r["mse"]) and 0 < r["mse"] < 5 and r["mse_paper"] is not None
@@ -202,7 +205,7 @@ def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
             "--data-dir", str(data_dir), "--threads", "1"]
     assert cli_main(argv) == 0
     raw = list(csv.DictReader(open(results / "smoke" / "rows" / "ETTh1.csv")))
-    assert len(raw) == 3
+    assert len(raw) == len(models)
     md = (results / "smoke" / "README.md").read_text()
     assert "patchtst · softmax (L=96)" in md and "**" in md and "fair/first-1200-rows" in md
     assert "*published:" not in md  # no published numbers beside a slice
