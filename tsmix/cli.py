@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "tsmix.datasets.cli",  # tsmix data
     "tsmix.forecasting.cli",  # tsmix fit / evaluate / predict
     "tsmix.forecasting.backtest_cli",  # tsmix backtest
+    "tsmix.forecasting.ensemble_cli",  # tsmix ensemble
     "tsmix.forecasting.benchmark.cli",  # tsmix benchmark
     "tsmix.tuning.cli",  # tsmix tune
     "tsmix.models.cli",  # tsmix mixers / lm / task / vision

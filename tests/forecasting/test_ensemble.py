@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -104,3 +107,33 @@ def test_bad_ensembles_are_refused(etth1_slice):
     b.fit(etth1_slice.iloc[:300])  # other rows: other scaling and other test targets
     with pytest.raises(TsmixError, match="scales its data differently|other test targets"):
         Ensemble([a, b]).evaluate("test")
+
+
+def test_cli_scores_saves_and_forecasts(etth1_slice, tmp_path, capsys):
+    from tsmix.cli import main as cli_main
+
+    data = tmp_path / "slice.csv"
+    etth1_slice.to_csv(data, index=False)  # a file source: saved runs re-read it
+    runs = []
+    for k, m in enumerate(_members()):
+        m.fit(data)
+        runs.append(str(m.save(tmp_path / f"run{k}")))
+    expect = Ensemble([Forecaster.load(r) for r in runs], [1.0, 3.0]).evaluate("val")
+    assert cli_main(["ensemble", "--runs", *runs, "--weights", "1", "3", "--split", "val", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["mse"] == pytest.approx(expect["mse"], rel=1e-12) and got["members"] == expect["members"]
+
+    out, forecast = tmp_path / "ens", tmp_path / "forecast.csv"
+    assert cli_main(["ensemble", "--runs", *runs, "--out", str(out), "--output", str(forecast)]) == 0
+    text = capsys.readouterr().out
+    assert "test mse" in text and "weight 0.500" in text and forecast.is_file()
+    frame = pd.read_csv(forecast)
+    assert len(frame) == HORIZON and list(frame.columns) == list(etth1_slice.columns)
+    # the saved folder is an ensemble again
+    assert cli_main(["ensemble", "--runs", str(out), "--split", "val", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["mse"] == pytest.approx(Ensemble.load(out).evaluate("val")["mse"], rel=1e-12)
+    assert cli_main(["ensemble", "--runs", runs[0]]) != 0  # a clear message, no traceback
+    assert "at least 2 run directories" in capsys.readouterr().err
+    assert cli_main(["ensemble", "--runs", *runs, "--weights", "1"]) != 0
+    assert "weights must be 2" in capsys.readouterr().err
