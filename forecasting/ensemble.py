@@ -14,9 +14,6 @@ forecasts is the scaled mean forecast and the metrics stay on the usual normaliz
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ from tsmix.forecasting import trainer as tr
 from tsmix.forecasting.data import prepared_for
 from tsmix.forecasting.fitted import Fitted, device_windows, scaler_arrays
 from tsmix.forecasting.forecaster import Forecaster
+from tsmix.forecasting.rundir_files import atomic_dir
 
 MANIFEST = "ensemble.json"
 _SHARED = ("horizon", "features", "target")  # what every member must forecast alike
@@ -113,14 +111,15 @@ class Ensemble:
         preds, target = [], None
         for k, f in enumerate(self._fitted()):
             windows = device_windows(prepared_for(f, data, data_dir), split, f.device)
-            was_training = f.model.training
-            f.model.eval()
             outs, ys = [], []
-            for x, y in tr.iterate(windows, f.config.test_batch_size):
-                out = tr.select_output(f.model(x.to(f.device)), f.out_index)
-                outs.append(f.head.point(out).float().cpu())
+
+            def keep(out: torch.Tensor, y: torch.Tensor, _x: torch.Tensor, head=f.head, outs=outs,
+                     ys=ys) -> None:
+                outs.append(head.point(out).cpu())  # out: the head's channel-selected output
                 ys.append(y.cpu())
-            f.model.train(was_training)
+
+            tr.window_errors(f.model, windows, f.config.test_batch_size, f.device, f.out_index, head=f.head,
+                             on_batch=keep)  # the evaluation loop, keeping each batch's forecast
             y_all = torch.cat(ys)
             if target is None:
                 target = y_all
@@ -182,25 +181,13 @@ class Ensemble:
         path = Path(path).expanduser().resolve()
         if path.exists() and any(path.iterdir()) and not (path / MANIFEST).is_file():
             raise TsmixError(f"{path} exists and is not an ensemble folder; give a new or empty folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        with atomic_dir(path, marker=MANIFEST) as tmp:
             names = []
             for k, m in enumerate(self.members):
                 m.save(tmp / f"member_{k}")
                 names.append(f"member_{k}")
             manifest = {"members": names, "weights": self.weights.tolist()}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-            if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
-                os.replace(path, old / "x")
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         return path
 
     @classmethod

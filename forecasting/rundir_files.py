@@ -38,12 +38,13 @@ _TEMPORARY = re.compile(r"^\.(?P<run>.+)\.(tmp|old)-[A-Za-z0-9_]+$|^\.atomic\.tm
 _RERUN = "re-run tsmix fit to write the run again"
 
 
-def check_out_dir(path: str | Path) -> Path:
+def check_out_dir(path: str | Path, marker: str = "config.json") -> Path:
     """``path`` resolved, once a run directory can be written there; one-line TsmixError otherwise.
 
     Accepted: a new path under a writable folder, an empty folder, or an earlier run directory
-    (replaced on save). Refused: a file, a path under a file, a foreign non-empty folder, a place
-    this process cannot write to. Nothing is left behind (a probe folder is made and removed).
+    (replaced on save; recognised by its ``marker`` file). Refused: a file, a path under a file, a
+    foreign non-empty folder, a place this process cannot write to. Nothing is left behind (a probe
+    folder is made and removed).
     """
     try:
         p = Path(path).expanduser().resolve()
@@ -52,7 +53,7 @@ def check_out_dir(path: str | Path) -> Path:
     if p.exists():
         if not p.is_dir():
             raise TsmixError(f"--out {p} exists and is a file; choose a folder path")
-        if any(p.iterdir()) and not (p / "config.json").exists():
+        if any(p.iterdir()) and not (p / marker).exists():
             raise TsmixError(f"{p} exists and is not a tsmix run directory; choose another --out")
     anchor = p.parent
     while not anchor.exists() and anchor != anchor.parent:
@@ -68,11 +69,11 @@ def check_out_dir(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
+def atomic_dir(path: str | Path, marker: str = "config.json") -> Iterator[Path]:
     """Yield a temporary folder beside ``path`` (checked with :func:`check_out_dir`, orphans of killed
     saves cleared first); on success it replaces ``path`` in one rename, on any error it is removed
     and ``path`` is untouched."""
-    path = check_out_dir(path)
+    path = check_out_dir(path, marker)
     remove_orphans(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
