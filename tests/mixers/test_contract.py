@@ -129,6 +129,23 @@ def test_reference_matches_fast_path_float64(name, causal):
         torch.testing.assert_close(gf, gr, rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.parametrize("name,causal", CASES)
+def test_backward_twice_through_a_retained_graph(name, causal):
+    """Hand-written backwards may reuse buffers, never ones a later backward of the same graph
+    needs: two passes with ``retain_graph`` give the same gradients (multi-loss training,
+    gradient-norm penalties and the curvature diagnostic do this)."""
+    m = make(name, causal, torch.float64)
+    x = torch.randn(2, 19, DIM, dtype=torch.float64, requires_grad=True)
+    loss = (m(x) * torch.randn(2, 19, DIM, dtype=torch.float64)).sum()
+    leaves = [x, *m.parameters()]
+    first = torch.autograd.grad(loss, leaves, retain_graph=True, allow_unused=True)
+    second = torch.autograd.grad(loss, leaves, allow_unused=True)
+    for a, b in zip(first, second):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", MIXERS)
 def test_option_errors(name):
     with pytest.raises(tsmix.TsmixError, match="no option"):

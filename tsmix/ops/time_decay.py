@@ -95,20 +95,27 @@ class _Modulate(torch.autograd.Function):
 
     The gain ``1 + a p`` is as large as ``z`` (the whole fused projection); autograd would keep
     it and allocate two more such tensors in backward (``g (1 + a p)`` and ``g z``). Here the
-    second is written into the saved gain's buffer once the first is taken: one large
-    allocation less per step (on this machine each fresh one also pays its page faults).
+    second is written into the gain's buffer once the first is taken: one large allocation
+    less per step (on this machine each fresh one also pays its page faults). The gain is kept
+    on ``ctx`` rather than saved (a saved tensor written in place fails autograd's version
+    check), so a second backward through a retained graph recomputes it instead of reading
+    the overwritten buffer.
     """
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         gain = torch.addmm(a.new_ones(()), a, p)
-        ctx.save_for_backward(z, a, p, gain)
+        ctx.save_for_backward(z, a, p)
+        ctx.gain = gain  # an intermediate: ctx may hold it (no reference cycle through outputs)
         return z * gain
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g: torch.Tensor):
-        z, a, p, gain = ctx.saved_tensors
+        z, a, p = ctx.saved_tensors
+        gain, ctx.gain = ctx.gain, None  # first backward takes the buffer; a later one rebuilds it
+        if gain is None:
+            gain = torch.addmm(a.new_ones(()), a, p)
         gz = g * gain
         gs = torch.mul(g, z, out=gain)  # d/ds, in the gain's buffer (not needed any more)
         return gz, gs @ p.t(), a.t() @ gs
