@@ -90,7 +90,8 @@ def add_commands(sub: Any) -> None:
                    help="TPE sampler seed; trial k uses seed+k (default 2021)")
     p.add_argument("--pruner", default="median", choices=("median", "hyperband", "none"),
                    help="stop weak trials early on their validation loss; median prunes only after 5 "
-                        "finished trials, and never at the last epoch (default median)")
+                        "finished trials, from epoch max(1, epochs // 2) on, and never at the last epoch "
+                        "(default median)")
     p.add_argument("--heartbeat", type=int, default=60,
                    help="seconds between heartbeats of a running trial (default 60)")
     p.add_argument("--grace", type=int, default=None,

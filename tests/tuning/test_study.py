@@ -158,7 +158,10 @@ def test_unreachable_postgres_is_a_clear_error(tmp_path):
 def test_pruner_choices():
     from tsmix.tuning.study import make_pruner
 
-    assert isinstance(make_pruner("median", 5), optuna.pruners.MedianPruner)
+    median = make_pruner("median", 10)
+    assert isinstance(median, optuna.pruners.MedianPruner)
+    # waits for half the epochs: early losses rank trials badly (see make_pruner)
+    assert median._n_warmup_steps == 5 and make_pruner("median", 1)._n_warmup_steps == 1
     hb = make_pruner("hyperband", 5)
     assert isinstance(hb, optuna.pruners.HyperbandPruner) and hb._max_resource == 5
     assert isinstance(make_pruner("none", 5), optuna.pruners.NopPruner)
