@@ -242,8 +242,25 @@ def _pruner_name(pruner: str | optuna.pruners.BasePruner) -> str:
 
 
 def best_params(study: optuna.Study, model: str, mixers: Sequence[str], trial: FrozenTrial) -> dict[str, Any]:
-    """The Forecaster keyword arguments of a finished trial (its params replayed by the spaces)."""
-    return spaces.suggest(optuna.trial.FixedTrial(trial.params, trial.number), model, tuple(mixers))
+    """The Forecaster keyword arguments a finished trial trained with (its params replayed).
+
+    The study's recorded setup supplies what the trial's params lack: a ``--space`` file's
+    entries (e.g. a searched ``lookback``) and the values ``--set`` held fixed (the names the space
+    asks for but the trial never sampled), as :meth:`SearchSpace.replay` does inside the study."""
+    setup = study.user_attrs.get(SETUP_ATTR) or {}
+    described = setup.get("space") or {}
+    if described.get("fn"):
+        raise TsmixError(f"study {study.study_name!r} searched a custom space function "
+                         f"({described['fn']}): replay its trials with that function's SearchSpace")
+    overrides = {str(k): from_json(str(k), v) for k, v in (described.get("space") or {}).items()}
+    asked = SearchSpace(model, tuple(mixers), {}, overrides)._walk()[1] | set(overrides)
+    fixed = {k: setup[k] for k in asked if k not in trial.params and k in setup}
+    try:
+        return SearchSpace(model, tuple(mixers), fixed, overrides).replay(trial.params, trial.number)
+    except ValueError as exc:  # optuna's FixedTrial: a name neither sampled nor recorded
+        raise TsmixError(f"cannot replay trial {trial.number} of study {study.study_name!r} as a "
+                         f"{model} trial over mixers {', '.join(mixers)}: {exc} (was the study "
+                         "created for another model or mixers?)") from None
 
 
 def _result(st: optuna.Study, store: StudyStorage, search: SearchSpace, trials: int, ran: list[int],

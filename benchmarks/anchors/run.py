@@ -16,8 +16,14 @@ comes from another study (e.g. ``rlinear-{dataset}-lb``, whose space also search
 Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
 report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
 over the four horizons and puts its test score beside the published anchors. Fitted members are
-saved under ``--runs`` so new combinations can be scored without training again. Resumable: a
-(dataset, horizon, seed, mixer) whose rows are in the CSV is skipped.
+saved under ``--runs`` and loaded from there when present, so new combinations can be scored
+without training again. Resumable: only candidates whose rows are not in the CSV yet are scored.
+
+``--refit`` adds tsmix tune's champion protocol: each member is trained again on train+val for
+the epoch count at which its train-only fit was best on validation, and every candidate gets a
+twin ``<candidate>@tv`` scored on test with those members. It is selected by its train-only
+twin's validation score (its own members have trained on validation). Not the published
+protocol (those models never trained on the validation rows): the report lists it apart.
 
     OMP_NUM_THREADS=1 python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\
         --rlinear-study sqlite:///optuna.db
@@ -51,19 +57,22 @@ def rlinear_params(storage: str, study_name: str) -> dict:
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
             rl_label: str) -> dict:
-    """The fitted-to-be members by candidate name, in ``names`` order."""
+    """Factories of the members by candidate name, in ``names`` order: ``make(**overrides)``."""
     from tsmix.forecasting import Forecaster
 
     common = dict(seed=seed, threads=1, progress=False)
     make = {
-        "patchtst": lambda: Forecaster.from_preset("paper", "patchtst", dataset, horizon, mixer=mixer,
-                                                   epochs=20, patience=10, **common),
+        "patchtst": lambda **o: Forecaster.from_preset("paper", "patchtst", dataset, horizon, mixer=mixer,
+                                                       **{"epochs": 20, "patience": 10, **common, **o}),
         # the study's lookback when it searched one, else the anchors' 336
-        "rlinear": lambda: Forecaster(model="rlinear", horizon=horizon, epochs=10, patience=3,
-                                      **{"lookback": 336, **rl}, **common),
-        "dlinear": lambda: Forecaster.from_preset("paper", "dlinear", dataset, horizon, **common),
+        "rlinear": lambda **o: Forecaster(
+            model="rlinear", horizon=horizon,
+            **{"epochs": 10, "patience": 3, "lookback": 336, **rl, **common, **o},
+        ),
+        "dlinear": lambda **o: Forecaster.from_preset("paper", "dlinear", dataset, horizon,
+                                                      **{**common, **o}),
     }
-    return {(rl_label if n == "rlinear" else n): make[n]() for n in names}
+    return {(rl_label if n == "rlinear" else n): make[n] for n in names}
 
 
 def candidates(labels: list[str]) -> list[tuple[str, ...]]:
@@ -71,8 +80,41 @@ def candidates(labels: list[str]) -> list[tuple[str, ...]]:
     return [c for size in range(1, len(labels) + 1) for c in itertools.combinations(labels, size)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def fit_or_load(make, path: Path, dataset: str, data_dir: str | None, **overrides):
+    """``(forecaster, seconds)``: the run saved at ``path`` if there is one (seconds from its metrics),
+    else ``make(**overrides)`` fitted and saved there."""
+    from tsmix.forecasting import Forecaster
+
+    if (path / "config.json").is_file():
+        f = Forecaster.load(path)
+        return f, float(f.metrics_.get("fit_seconds") or 0.0)
+    f = make(**overrides)
+    t0 = time.perf_counter()
+    f.fit(dataset, data_dir=data_dir)
+    seconds = time.perf_counter() - t0
+    f.save(path)
+    return f, seconds
+
+
+def score(combo: tuple[str, ...], fitted: dict, refit: bool) -> dict:
+    """Validation (train-only fits) and test scores of one candidate; a refit candidate is scored on
+    test by its train+val members and keeps its train-only twin's validation score (the one it was
+    selected by: its own members trained on validation)."""
     from tsmix.forecasting.ensemble import Ensemble
+
+    def model(group):
+        return group[combo[0]] if len(combo) == 1 else Ensemble([group[n] for n in combo])
+
+    sel = model(fitted["train"])
+    val = sel.evaluate("val")["mse"]
+    final = model(fitted["tv"]) if refit else sel
+    test, paper = final.evaluate("test"), final.evaluate("test", "paper")
+    members_mse = ";".join(f"{m:.6f}" for m in test["members"]) if len(combo) > 1 else ""
+    return {"val_mse": val, "mse": test["mse"], "mae": test["mae"], "mse_paper": paper["mse"],
+            "windows": test["windows"], "members_mse": members_mse}
+
+
+def main(argv: list[str] | None = None) -> int:
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -87,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
     ap.add_argument("--rlinear-label", default="rlinear",
                     help="candidate name of the RLinear member (give another for another study)")
+    ap.add_argument("--refit", action="store_true",
+                    help="also refit every member on train+val for its best epoch count (tsmix tune's "
+                         "champion protocol) and score each candidate's refit twin (<candidate>@tv) on test")
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
-    ap.add_argument("--runs", default="anchor-runs", help="folder for the fitted members")
+    ap.add_argument("--runs", default="anchor-runs",
+                    help="folder for the fitted members (a member saved there is loaded, not fitted again)")
     ap.add_argument("--out", default=str(HERE / "results.csv"))
     ap.add_argument("--commit", default=None,
                     help="commit named in the rows (default: the checkout's; give it for an installed copy)")
@@ -99,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not names:
         ap.error(f"--members: unknown {unknown or 'empty list'}; choose from patchtst, rlinear, dlinear")
     labels = [args.rlinear_label if n == "rlinear" else n for n in names]
+    wanted = [("+".join(c), False) for c in candidates(labels)]
+    wanted += [("+".join(c) + "@tv", True) for c in candidates(labels)] if args.refit else []
     done = set()
     if out.is_file():
         with open(out, newline="") as fh:
@@ -111,39 +159,35 @@ def main(argv: list[str] | None = None) -> int:
                   if "rlinear" in names else {})
             for horizon in (int(h) for h in args.horizons.split(",")):
                 key = (dataset, str(horizon), str(seed), args.mixer)
-                if all((*key, "+".join(c)) in done for c in candidates(labels)):
+                todo = [(c, refit) for c, refit in wanted if (*key, c) not in done]
+                if not todo:
                     continue
                 print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
                       flush=True)
-                fitted, seconds = {}, {}
-                for name, f in members(names, dataset, horizon, seed, args.mixer, rl,
-                                       args.rlinear_label).items():
-                    t0 = time.perf_counter()
-                    f.fit(dataset, data_dir=args.data_dir)
-                    seconds[name] = time.perf_counter() - t0
-                    f.save(Path(args.runs) / dataset / str(horizon) / str(seed) / f"{name}-{args.mixer}")
-                    fitted[name] = f
+                fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
+                folder = Path(args.runs) / dataset / str(horizon) / str(seed)
+                for name, make in members(names, dataset, horizon, seed, args.mixer, rl,
+                                          args.rlinear_label).items():
+                    f, secs = fit_or_load(make, folder / f"{name}-{args.mixer}", dataset, args.data_dir)
+                    fitted["train"][name], seconds["train"][name] = f, secs
                     print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
-                          f"({seconds[name]:.0f} s)", flush=True)
+                          f"({secs:.0f} s)", flush=True)
+                    if args.refit:  # as long as the train-only fit took to its best validation epoch
+                        epochs = max(1, int(f.metrics_["best_epoch"]))
+                        g, secs = fit_or_load(make, folder / f"{name}-{args.mixer}@tv", dataset,
+                                              args.data_dir, epochs=epochs, train_on="train+val")
+                        fitted["tv"][name], seconds["tv"][name] = g, secs
+                        print(f"    {name}@tv ({epochs} epochs): test {g.metrics_['mse']:.4f} ({secs:.0f} s)",
+                              flush=True)
                 rows = []
-                for combo in candidates(list(fitted)):
-                    size = len(combo)
-                    if size == 1:
-                        f = fitted[combo[0]]
-                        val, test, paper = (f.evaluate("val")["mse"], f.evaluate("test"),
-                                            f.evaluate("test", "paper"))
-                        member_mse = ""
-                    else:
-                        ens = Ensemble([fitted[n] for n in combo])
-                        val, test, paper = (ens.evaluate("val")["mse"], ens.evaluate("test"),
-                                            ens.evaluate("test", "paper"))
-                        member_mse = ";".join(f"{m:.6f}" for m in test["members"])
+                for cand, refit in todo:
+                    combo = tuple(cand.removesuffix("@tv").split("+"))
+                    took = seconds["train"] if not refit else {n: seconds["train"][n] + seconds["tv"][n]
+                                                               for n in combo}
                     rows.append({
                         "dataset": dataset, "horizon": horizon, "seed": seed, "mixer": args.mixer,
-                        "candidate": "+".join(combo), "size": size, "val_mse": val, "mse": test["mse"],
-                        "mae": test["mae"], "mse_paper": paper["mse"], "windows": test["windows"],
-                        "members_mse": member_mse,
-                        "train_seconds": round(sum(seconds[n] for n in combo), 1),
+                        "candidate": cand, "size": len(combo), **score(combo, fitted, refit),
+                        "train_seconds": round(sum(took[n] for n in combo), 1),
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     })
@@ -156,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     fh.flush()
                     os.fsync(fh.fileno())
                 for r in rows:
-                    print(f"    {r['candidate']:<26} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
+                    print(f"    {r['candidate']:<30} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
     return 0
 
 

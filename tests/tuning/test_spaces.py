@@ -71,6 +71,26 @@ def test_finished_trial_params_replay_to_the_same_kwargs():
     assert first["stride"] == first["patch_len"] // 2 and first["d_ff"] % first["d_model"] == 0
 
 
+def test_replay_restores_set_values_and_space_file_entries():
+    """A study run with ``--set`` (a name out of the space) and a ``--space`` entry the built-in
+    space lacks replays to exactly what its trials trained with."""
+    from tsmix.tuning.study import SETUP_ATTR, _setup, make_search
+
+    search = make_search("rlinear", ["softmax"], {"individual": False},
+                         {"lookback": {"type": "categorical", "choices": [336, 512, 720]}})
+    config = Forecaster(model="rlinear", individual=False).get_params()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
+    study.set_user_attr(SETUP_ATTR, _setup("ETTh1", search, config))
+    trial = study.ask()
+    trained = search.suggest(trial)
+    study.tell(trial, 1.0)
+    assert "individual" not in study.best_trial.params and "lookback" in study.best_trial.params
+    replayed = best_params(study, "rlinear", ["softmax"], study.best_trial)
+    assert replayed == trained and replayed["individual"] is False
+    with pytest.raises(TsmixError, match="cannot replay trial 0 .* as a patchtst trial"):
+        best_params(study, "patchtst", ["softmax"], study.best_trial)
+
+
 def test_unknown_names_are_clear_errors():
     with pytest.raises(TsmixError, match="unknown mixer 'nope'"):
         spaces.check_mixers(["softmax", "nope"])
