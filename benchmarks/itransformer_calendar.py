@@ -98,6 +98,7 @@ def run(dataset: str, horizon: int, mixer: str, seed: int, calendar: bool, data_
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tsmix.forecasting.benchmark.store import append_csv
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -129,14 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"dataset": args.dataset, "horizon": horizon, "mixer": mixer, "seed": seed,
                            "calendar": int(calendar), **row, "commit": commit,
                            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-                    new = not out.is_file() or out.stat().st_size == 0
-                    with open(out, "a", newline="") as fh:
-                        w = csv.DictWriter(fh, fieldnames=FIELDS)
-                        if new:
-                            w.writeheader()
-                        w.writerow(row)
-                        fh.flush()
-                        os.fsync(fh.fileno())
+                    append_csv(out, FIELDS, [row])
                     print(f"{key} tokens {row['tokens']}: test mse {row['mse']:.4f} val {row['val_mse']:.4f} "
                           f"epochs {row['epochs']} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return 0

@@ -115,6 +115,7 @@ def score(combo: tuple[str, ...], fitted: dict, refit: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tsmix.forecasting.benchmark.store import append_csv
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -191,14 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     })
-                new = not out.is_file() or out.stat().st_size == 0
-                with open(out, "a", newline="") as fh:  # one block per (dataset, horizon, seed): all or none
-                    w = csv.DictWriter(fh, fieldnames=FIELDS)
-                    if new:
-                        w.writeheader()
-                    w.writerows(rows)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                append_csv(out, FIELDS, rows)  # one block per (dataset, horizon, seed): all or none
                 for r in rows:
                     print(f"    {r['candidate']:<30} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
     return 0

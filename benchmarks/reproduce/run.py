@@ -55,17 +55,6 @@ def done_keys(path: Path) -> set[tuple[str, ...]]:
         return {tuple(str(row[k]) for k in KEY) for row in csv.DictReader(fh)}
 
 
-def append_row(path: Path, row: dict) -> None:
-    new = not path.is_file() or path.stat().st_size == 0
-    with open(path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k) for k in FIELDS})
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,
             epochs: int | None, threads: int, data_dir: str | None, lookback: int | None = None) -> dict:
     from tsmix.forecasting import Forecaster
@@ -107,6 +96,8 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tsmix.forecasting.benchmark.store import append_csv
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="dlinear,patchtst")
     ap.add_argument("--datasets", default="ETTh1,ETTh2")
@@ -145,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{datetime.now():%H:%M:%S}] start {label}", flush=True)
                     row = run_one(model, dataset, horizon, seed, args.mixer, patience, args.epochs,
                                   args.threads, args.data_dir, args.lookback)
-                    append_row(out, row)
+                    append_csv(out, FIELDS, [row])
                     done.add(key)
                     print(f"[{datetime.now():%H:%M:%S}] done  {label}: fair mse {row['mse']:.4f} "
                           f"mae {row['mae']:.4f} | paper mse {row['mse_paper']:.4f} "

@@ -20,7 +20,7 @@ import csv
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,22 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
             raise TsmixError(f"{path} is not a benchmark result file (no column(s) {', '.join(missing)}); "
                              f"move it out of the results folder")
         return [_parse(r) for r in reader]
+
+
+def append_csv(path: str | Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append ``rows`` (only ``fields``, in that order) to the CSV at ``path``, its header first when
+    the file is new or empty; flushed and fsynced before returning. The resumable log of the
+    benchmark scripts: each call is one finished unit of work, so a killed run loses at most the
+    unit in progress."""
+    path = Path(path)
+    new = not path.is_file() or path.stat().st_size == 0
+    with open(path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(fields))
+        if new:
+            w.writeheader()
+        w.writerows({k: r.get(k) for k in fields} for r in rows)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _write_atomic(path: Path, rows: list[dict[str, Any]]) -> None:

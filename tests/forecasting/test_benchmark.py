@@ -36,7 +36,7 @@ from tsmix.forecasting.benchmark.speed import (
     run_speed,
     write_speed,
 )
-from tsmix.forecasting.benchmark.store import read_csv, row_key
+from tsmix.forecasting.benchmark.store import append_csv, read_csv, row_key
 from tsmix.forecasting.benchmark.suites import NO_MIXER
 
 REQUIRED = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "mse", "mae", "val_mse", "epochs",
@@ -351,3 +351,10 @@ def test_benchmark_mlflow_logging_leaves_the_global_tracking_uri_alone(tmp_path,
     runs = mlflow.MlflowClient(tracking_uri=uri).search_runs(
         [mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name("tsmix-benchmark-t").experiment_id])
     assert len(runs) == 1 and runs[0].data.params["commit"] == "abc"
+
+
+def test_append_csv_writes_the_header_once_and_only_the_named_fields(tmp_path):
+    path = tmp_path / "rows.csv"
+    append_csv(path, ["a", "b"], [{"a": 1, "b": 2, "extra": 9}])
+    append_csv(path, ["a", "b"], [{"a": 3}, {"b": 4, "a": 5}])
+    assert path.read_text().splitlines() == ["a,b", "1,2", "3,", "5,4"]
