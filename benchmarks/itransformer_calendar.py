@@ -23,7 +23,6 @@ One CSV row per run (appended, resumable). ``OMP_NUM_THREADS=1``:
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
@@ -98,7 +97,7 @@ def run(dataset: str, horizon: int, mixer: str, seed: int, calendar: bool, data_
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tsmix.forecasting.benchmark.store import append_csv
+    from tsmix.forecasting.benchmark.store import append_csv, csv_keys
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -112,11 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", default=None, help="commit named in the rows (default: the checkout's)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    done = set()
-    if out.is_file():
-        with open(out, newline="") as fh:
-            done = {(r["dataset"], r["horizon"], r["mixer"], r["seed"], r["calendar"])
-                    for r in csv.DictReader(fh)}
+    done = csv_keys(out, ("dataset", "horizon", "mixer", "seed", "calendar"))
     commit = args.commit or git_commit()
     for seed in args.seeds:
         for horizon in args.horizons:

@@ -32,7 +32,6 @@ protocol (those models never trained on the validation rows): the report lists i
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import os
 import sys
@@ -115,7 +114,7 @@ def score(combo: tuple[str, ...], fitted: dict, refit: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tsmix.forecasting.benchmark.store import append_csv
+    from tsmix.forecasting.benchmark.store import append_csv, csv_keys
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -148,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [args.rlinear_label if n == "rlinear" else n for n in names]
     wanted = [("+".join(c), False) for c in candidates(labels)]
     wanted += [("+".join(c) + "@tv", True) for c in candidates(labels)] if args.refit else []
-    done = set()
-    if out.is_file():
-        with open(out, newline="") as fh:
-            done = {(r["dataset"], r["horizon"], r["seed"], r["mixer"], r["candidate"])
-                    for r in csv.DictReader(fh)}
+    done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
     commit = args.commit or git_commit()
     for seed in (int(s) for s in args.seeds.split(",")):
         for dataset in args.datasets.split(","):

@@ -18,7 +18,6 @@ complete table (one seed) exists early.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import subprocess
@@ -46,13 +45,6 @@ def git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def done_keys(path: Path) -> set[tuple[str, ...]]:
-    if not path.is_file():
-        return set()
-    with open(path, newline="") as fh:
-        return {tuple(str(row[k]) for k in KEY) for row in csv.DictReader(fh)}
 
 
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,
@@ -96,7 +88,7 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tsmix.forecasting.benchmark.store import append_csv
+    from tsmix.forecasting.benchmark.store import append_csv, csv_keys
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="dlinear,patchtst")
@@ -114,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results.csv"))
     args = ap.parse_args(argv)
     out = Path(args.out)
-    done = done_keys(out)
+    done = csv_keys(out, KEY)
     seeds = [int(s) for s in args.seeds.split(",")]
     horizons = [int(h) for h in args.horizons.split(",")]
     for model in args.models.split(","):

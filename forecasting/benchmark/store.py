@@ -113,6 +113,16 @@ def append_csv(path: str | Path, fields: Sequence[str], rows: Iterable[Mapping[s
         os.fsync(fh.fileno())
 
 
+def csv_keys(path: str | Path, columns: Sequence[str]) -> set[tuple[str, ...]]:
+    """The ``columns`` of every row of the CSV at ``path`` as string tuples (empty when there is no
+    file): what a resumable benchmark script has finished."""
+    path = Path(path)
+    if not path.is_file():
+        return set()
+    with open(path, newline="") as fh:
+        return {tuple(str(r[c]) for c in columns) for r in csv.DictReader(fh)}
+
+
 def _write_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write ``rows`` to a temp file beside ``path``, fsync, then rename over it."""
     extra = sorted({k for r in rows for k in r} - set(COLUMNS))

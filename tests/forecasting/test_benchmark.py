@@ -36,7 +36,7 @@ from tsmix.forecasting.benchmark.speed import (
     run_speed,
     write_speed,
 )
-from tsmix.forecasting.benchmark.store import append_csv, read_csv, row_key
+from tsmix.forecasting.benchmark.store import append_csv, csv_keys, read_csv, row_key
 from tsmix.forecasting.benchmark.suites import NO_MIXER
 
 REQUIRED = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "mse", "mae", "val_mse", "epochs",
@@ -358,3 +358,5 @@ def test_append_csv_writes_the_header_once_and_only_the_named_fields(tmp_path):
     append_csv(path, ["a", "b"], [{"a": 1, "b": 2, "extra": 9}])
     append_csv(path, ["a", "b"], [{"a": 3}, {"b": 4, "a": 5}])
     assert path.read_text().splitlines() == ["a,b", "1,2", "3,", "5,4"]
+    assert csv_keys(path, ["b", "a"]) == {("2", "1"), ("", "3"), ("4", "5")}
+    assert csv_keys(tmp_path / "none.csv", ["a"]) == set()
