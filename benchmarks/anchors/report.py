@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             "    --members rlinear,dlinear --rlinear-study sqlite:///optuna.db\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
-    text = head + table(rows) + lookback_section(HERE / "studies.csv")
+    lookback = lookback_section(HERE / "studies.csv")
+    text = head + table(rows) + ("\n" + lookback if lookback else "")
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)
