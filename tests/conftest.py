@@ -33,11 +33,15 @@ def _one_thread_after_each_test():
     torch.set_num_threads(1)
 
 
+# Read once, at collection: a test that unsets TSMIX_DATA_DIR (monkeypatch) and happens to be the
+# first to ask for the session-scoped fixture must not turn every later data test into a skip.
+_DATA_ENV = os.environ.get("TSMIX_DATA_DIR")
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real benchmark data (CI sets TSMIX_DATA_DIR=../shared/data)."""
-    env = os.environ.get("TSMIX_DATA_DIR")
-    candidates = [Path(env)] if env else []
+    candidates = [Path(_DATA_ENV)] if _DATA_ENV else []
     candidates.append(Path(__file__).resolve().parents[1].parent / "shared" / "data")
     for c in candidates:
         if (c / "ETT-small" / "ETTh1.csv").exists():
