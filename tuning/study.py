@@ -14,6 +14,7 @@ Re-running a finished study with a larger ``trials`` continues it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,11 +253,11 @@ def best_params(study: optuna.Study, model: str, mixers: Sequence[str], trial: F
     if described.get("fn"):
         raise TsmixError(f"study {study.study_name!r} searched a custom space function "
                          f"({described['fn']}): replay its trials with that function's SearchSpace")
-    overrides = {str(k): from_json(str(k), v) for k, v in (described.get("space") or {}).items()}
-    asked = SearchSpace(model, tuple(mixers), {}, overrides)._walk()[1] | set(overrides)
+    probe = make_search(model, mixers, {}, described.get("space"))  # the study's --space entries
+    asked = probe._walk()[1] | set(probe.overrides)
     fixed = {k: setup[k] for k in asked if k not in trial.params and k in setup}
     try:
-        return SearchSpace(model, tuple(mixers), fixed, overrides).replay(trial.params, trial.number)
+        return dataclasses.replace(probe, fixed=fixed).replay(trial.params, trial.number)
     except ValueError as exc:  # optuna's FixedTrial: a name neither sampled nor recorded
         raise TsmixError(f"cannot replay trial {trial.number} of study {study.study_name!r} as a "
                          f"{model} trial over mixers {', '.join(mixers)}: {exc} (was the study "
