@@ -61,8 +61,7 @@ class CalendarTokens(nn.Module):
         if m.revin is not None:
             xs, stats = m.revin.norm(xs)
         raw = m.base(torch.cat([xs, marks], dim=-1))[..., :c]  # (B, H*K, C): the series' tokens
-        b, steps, _ = raw.shape
-        return m.head(raw.reshape(b, m.horizon, m.head.k, c), WindowScale(m.revin, stats))
+        return m.head(raw.reshape(raw.shape[0], m.horizon, m.head.k, c), WindowScale(m.revin, stats))
 
 
 def run(dataset: str, horizon: int, mixer: str, seed: int, calendar: bool, data_dir: str | None,

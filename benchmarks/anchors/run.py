@@ -32,6 +32,7 @@ protocol (those models never trained on the validation rows): the report lists i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import sys
@@ -80,14 +81,22 @@ def candidates(labels: list[str]) -> list[tuple[str, ...]]:
 
 
 def fit_or_load(make, path: Path, dataset: str, data_dir: str | None, **overrides):
-    """``(forecaster, seconds)``: the run saved at ``path`` if there is one (seconds from its metrics),
-    else ``make(**overrides)`` fitted and saved there."""
+    """``(forecaster, seconds)``: the run saved at ``path`` if it was fitted with these settings
+    (seconds from its metrics), else ``make(**overrides)`` fitted and saved there. A run saved
+    there with other settings (another study's RLinear under the same label) is an error."""
     from tsmix.forecasting import Forecaster
 
-    if (path / "config.json").is_file():
-        f = Forecaster.load(path)
-        return f, float(f.metrics_.get("fit_seconds") or 0.0)
     f = make(**overrides)
+    if (path / "config.json").is_file():
+        saved = Forecaster.load(path)
+        # resolved on both sides: a saved run holds its resolved config (defaults filled in)
+        want, have = (dataclasses.asdict(x.config.resolved()) for x in (f, saved))
+        if have != want:
+            diff = ", ".join(f"{k}: saved {have.get(k)!r}, wanted {want.get(k)!r}"
+                             for k in sorted(set(want) | set(have)) if have.get(k) != want.get(k))
+            raise SystemExit(f"{path} holds a member fitted with other settings ({diff}); remove it, "
+                             "or give another --runs or --rlinear-label")
+        return saved, float(saved.metrics_.get("fit_seconds") or 0.0)
     t0 = time.perf_counter()
     f.fit(dataset, data_dir=data_dir)
     seconds = time.perf_counter() - t0
@@ -95,17 +104,20 @@ def fit_or_load(make, path: Path, dataset: str, data_dir: str | None, **override
     return f, seconds
 
 
-def score(combo: tuple[str, ...], fitted: dict, refit: bool) -> dict:
+def score(combo: tuple[str, ...], fitted: dict, refit: bool, vals: dict) -> dict:
     """Validation (train-only fits) and test scores of one candidate; a refit candidate is scored on
     test by its train+val members and keeps its train-only twin's validation score (the one it was
-    selected by: its own members trained on validation)."""
+    selected by: its own members trained on validation). ``vals`` caches the validation score per
+    combination, so a candidate and its refit twin evaluate validation once."""
     from tsmix.forecasting.ensemble import Ensemble
 
     def model(group):
         return group[combo[0]] if len(combo) == 1 else Ensemble([group[n] for n in combo])
 
     sel = model(fitted["train"])
-    val = sel.evaluate("val")["mse"]
+    if combo not in vals:
+        vals[combo] = sel.evaluate("val")["mse"]
+    val = vals[combo]
     final = model(fitted["tv"]) if refit else sel
     test, paper = final.evaluate("test"), final.evaluate("test", "paper")
     members_mse = ";".join(f"{m:.6f}" for m in test["members"]) if len(combo) > 1 else ""
@@ -175,14 +187,14 @@ def main(argv: list[str] | None = None) -> int:
                         fitted["tv"][name], seconds["tv"][name] = g, secs
                         print(f"    {name}@tv ({epochs} epochs): test {g.metrics_['mse']:.4f} ({secs:.0f} s)",
                               flush=True)
-                rows = []
+                rows, vals = [], {}
                 for cand, refit in todo:
                     combo = tuple(cand.removesuffix("@tv").split("+"))
                     took = seconds["train"] if not refit else {n: seconds["train"][n] + seconds["tv"][n]
                                                                for n in combo}
                     rows.append({
                         "dataset": dataset, "horizon": horizon, "seed": seed, "mixer": args.mixer,
-                        "candidate": cand, "size": len(combo), **score(combo, fitted, refit),
+                        "candidate": cand, "size": len(combo), **score(combo, fitted, refit, vals),
                         "train_seconds": round(sum(took[n] for n in combo), 1),
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
