@@ -51,8 +51,14 @@ def rlinear_params(storage: str, study_name: str) -> dict:
 
     from tsmix.tuning.study import best_params
 
-    study = optuna.load_study(study_name=study_name, storage=storage)
-    return best_params(study, "rlinear", ["softmax"], study.best_trial)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        best = study.best_trial
+    except (KeyError, ValueError):  # no such study / no finished trial in it
+        raise SystemExit(f"no finished rlinear study {study_name!r} in {storage}: run `tsmix tune --model "
+                         f"rlinear --study {study_name} --storage {storage} ...` first, or fix "
+                         "--rlinear-study / --rlinear-study-name") from None
+    return best_params(study, "rlinear", ["softmax"], best)
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
