@@ -131,4 +131,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tsmix.errors import TsmixError
+
+    try:
+        sys.exit(main())
+    except TsmixError as exc:  # bad dataset, mixer, data folder: one line, as the tsmix command
+        sys.exit(f"error: {exc}")
