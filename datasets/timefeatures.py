@@ -40,5 +40,14 @@ def time_features(timestamps: np.ndarray | pd.DatetimeIndex) -> tuple[np.ndarray
     A zoned DatetimeIndex (``Series.index``) gives the positions in its local time.
     """
     names = feature_names(timestamps)
+    return named_features(timestamps, names), names
+
+
+def named_features(timestamps: np.ndarray | pd.DatetimeIndex, names: tuple[str, ...]) -> np.ndarray:
+    """(T, K) float32 calendar features ``names`` (as :func:`feature_names` chose them at fit time) of
+    any stamps, one row or more: a window to forecast from gets the features its model was trained on."""
+    unknown = [n for n in names if n not in _FEATURES]
+    if unknown:
+        raise ValueError(f"unknown calendar features {unknown}; known: {', '.join(_FEATURES)}")
     idx = pd.DatetimeIndex(timestamps)
-    return np.stack([np.asarray(_FEATURES[n](idx), dtype=np.float32) for n in names], axis=1), names
+    return np.stack([np.asarray(_FEATURES[n](idx), dtype=np.float32) for n in names], axis=1)

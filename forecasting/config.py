@@ -91,6 +91,11 @@ class ForecasterConfig:
     )
     revin: bool = _f(True, "instance normalization of each window (RevIN / iTransformer use_norm)")
     revin_affine: bool = _f(False, "learnable RevIN scale/shift (official scripts: off)")
+    calendar: bool = _f(
+        False, "calendar features of each step (Informer's timeF: minute/hour/day positions) as inputs: "
+        "on wide data extra variate tokens over the lookback, the official iTransformer's timestamp "
+        "tokens (models that mix variates only); on panels appended to the future covariates"
+    )
     kernel_size: int = _f(25, "DLinear moving-average window (odd)")
     individual: bool = _f(False, "DLinear: one linear layer per channel instead of shared")
     # --- training

@@ -63,8 +63,12 @@ def prepared_for(f: Fitted, data: Any, data_dir: str | Path | None, reading: Rea
     cfg = f.config
     prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
                        date_col=None if isinstance(data, (str, Path)) else f.date_col, target=f.target,
-                       **(reading or Reading.of(f)).kwargs())
+                       calendar=bool(f.marks), **(reading or Reading.of(f)).kwargs())
     check_columns(tuple(prepared.series.columns), f.columns)
+    if prepared.mark_names != f.marks:
+        raise TsmixError(f"this model reads the calendar features {list(f.marks)}, but this data's step "
+                         f"gives {list(prepared.mark_names)}; pass data sampled at the fitted frequency "
+                         f"{f.freq}")
     if f.config.train_on == "all":  # a production model scales any data with its own scaler, as predict does
         from tsmix.forecasting.final_fit import scaled_with
 

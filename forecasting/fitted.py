@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import nn
 
@@ -55,6 +56,7 @@ class Fitted:
     tz: str | None = None  # the dates' zone (context_ts are then UTC instants); None: naive dates
     metrics_error: str | None = None  # why a loaded run's metrics.json could not be read (predict needs none)
     calibration: Calibration | None = None  # conformal radii of a point model (scaled units); None: none
+    marks: tuple[str, ...] = ()  # calendar features read after the series (calendar=True); () when off
 
     @property
     def head(self) -> Head:
@@ -113,7 +115,8 @@ def evaluate_split(f: Fitted, prepared: Any, split: str, protocol: str) -> dict[
     errs = tr.window_errors(f.model, device_windows(prepared, split, f.device), f.config.test_batch_size,
                             f.device, f.out_index, drop_last=(protocol == "paper"), head=f.head,
                             on_batch=None if scores is None else
-                            lambda out, y, x: scores.update(out, y, window_scale(x, f.out_index)))
+                            lambda out, y, x: scores.update(out, y,
+                                                            window_scale(x, f.out_index, y.shape[-1])))
     out = errs.metrics(f.out_columns)
     out.update(split=split, protocol=protocol)
     if scores is not None:
@@ -155,25 +158,44 @@ def calibrate(f: Fitted, prepared: Any) -> Calibration | None:
     return fit_conformal(residuals, scales=scales)  # scaled scores (conformal.py says why)
 
 
-def scaled_input(f: Fitted, raw: np.ndarray) -> torch.Tensor:
-    """(L, C) original units -> the model's input (1, L, C_in) in scaled units."""
+def scaled_input(f: Fitted, raw: np.ndarray, stamps: Any = None) -> torch.Tensor:
+    """(L, C) original units -> the model's input (1, L, C_in) in scaled units, with the window's
+    calendar features after the series for a ``calendar=True`` model (``stamps``: the window's (L,)
+    datetime64 stamps, UTC instants when the data has a zone, or a DatetimeIndex)."""
+    x = _scaled_series(f, raw)
+    if not f.marks:
+        return x
+    if stamps is None or len(stamps) != len(raw):
+        raise TsmixError(f"this model reads the calendar features {list(f.marks)} of its window: pass the "
+                         f"window's {len(raw)} timestamps")
+    from tsmix.datasets.dates import localize
+    from tsmix.datasets.timefeatures import named_features
+
+    idx = stamps if isinstance(stamps, pd.DatetimeIndex) else localize(stamps, f.tz)
+    marks = torch.as_tensor(named_features(idx, f.marks), device=f.device).unsqueeze(0)  # (1, L, K)
+    return torch.cat([x, marks], dim=2)
+
+
+def _scaled_series(f: Fitted, raw: np.ndarray) -> torch.Tensor:
+    """(L, C) original units -> (1, L, C_in) scaled series (the input without calendar features)."""
     mean, scale = scaler_arrays(f.scaler, len(f.columns))
     x = (raw.astype(np.float64) - mean) / scale
     return torch.as_tensor(x[:, f.in_idx], dtype=torch.float32, device=f.device).unsqueeze(0)
 
 
 @torch.no_grad()
-def head_output(f: Fitted, raw: np.ndarray) -> torch.Tensor:
-    """(L, C) original units -> the head's output for this window in scaled units: (H, C_out) for a
-    point head, (H, K, C_out) for a quantile / distribution head."""
+def head_output(f: Fitted, raw: np.ndarray, stamps: Any = None) -> torch.Tensor:
+    """(L, C) original units (and the window's stamps, for a ``calendar=True`` model) -> the head's
+    output for this window in scaled units: (H, C_out) for a point head, (H, K, C_out) for a
+    quantile / distribution head."""
     f.model.eval()
-    return tr.select_output(f.model(scaled_input(f, raw)), f.out_index)[0]
+    return tr.select_output(f.model(scaled_input(f, raw, stamps)), f.out_index)[0]
 
 
 def input_scale(f: Fitted, raw: np.ndarray) -> torch.Tensor:
     """(L, C) original units -> (C_out,) the window's spread in scaled units (a scaled conformal
     calibration's radii are multiples of it)."""
-    return window_scale(scaled_input(f, raw), f.out_index)[0]
+    return window_scale(_scaled_series(f, raw), f.out_index)[0]
 
 
 def window_bands(f: Fitted, raw: np.ndarray, out: torch.Tensor, levels: Any,
@@ -202,11 +224,6 @@ def unscale(f: Fitted, values: Any) -> np.ndarray:
     v = values.detach().double().cpu().numpy() if isinstance(values, torch.Tensor) else \
         np.asarray(values, dtype=np.float64)
     return v * scale[f.out_idx] + mean[f.out_idx]
-
-
-def forecast_window(f: Fitted, raw: np.ndarray) -> np.ndarray:
-    """(L, C) original units -> the point forecast (H, C_out) in original units."""
-    return unscale(f, f.head.point(head_output(f, raw)))
 
 
 def scaler_arrays(scaler: Any, channels: int) -> tuple[np.ndarray, np.ndarray]:

@@ -219,6 +219,7 @@ class Forecaster:
 
         cfg = self._config.resolved()
         check_mixer(cfg)  # a bad mixer name/option fails before the data is read
+        check_calendar(cfg)
         if production:
             check_production_config(cfg)
         device = rank_device(check_device(cfg.device))  # torchrun on CUDA: this rank's GPU
@@ -229,7 +230,7 @@ class Forecaster:
         try:
             prepared = prepare(data, cfg.lookback, cfg.horizon, cfg.features, data_dir=data_dir,
                                date_col=date_col, target=cfg.target, fill=cfg.fill,
-                               date_format=cfg.date_format, date_unit=cfg.date_unit)
+                               date_format=cfg.date_format, date_unit=cfg.date_unit, calendar=cfg.calendar)
         except TsmixError as exc:
             if production:
                 raise small_val_error(exc) from None
@@ -265,7 +266,7 @@ class Forecaster:
             "params": count_params(fitted.model), "protocol": cfg.eval_protocol,
             "test_windows": test.get("windows"), "device": str(device),
             "per_channel": test.get("per_channel"), "train_on": fitted.config.train_on,
-            "train_windows": n_windows,
+            "train_windows": n_windows, "calendar": list(fitted.marks),
         }
         if production:
             metrics.update(production_metrics(chosen, val_mse, selection_windows))
@@ -329,7 +330,9 @@ class Forecaster:
         qs = None if quantiles is None else check_quantiles(quantiles)
         hist = history_of(f, df, Reading.of(f, fill=fill, date_format=date_format, date_unit=date_unit))
         window = np.asarray(hist.values, dtype=np.float32)
-        out = head_output(f, window)  # scaled head output, one window
+        from tsmix.datasets.dates import localize
+
+        out = head_output(f, window, localize(hist.timestamps, hist.tz))  # scaled head output, one window
         head, method, bands, qvals = f.head, None, {}, {}
         scale = input_scale(f, window) if f.calibration is not None else None  # scaled conformal radii
         if levels is not None:
@@ -416,9 +419,9 @@ def _fit_once(cfg: ForecasterConfig, prepared: Any, data: Any, data_dir: str | P
               checkpoint_dir: str | Path | None, resume: bool) -> tuple[Fitted, Any, int]:
     """Seed, build and train one network on ``prepared`` as ``cfg`` says; (fitted, result, windows)."""
     seed_everything(cfg.seed)
-    series = prepared.series
+    series, marks = prepared.series, len(prepared.mark_names)
     fitted = Fitted(
-        model=build_model(cfg, int(prepared.train.x_channels)).to(device),
+        model=build_model(cfg, int(prepared.train.x_channels) - marks, marks).to(device),
         config=cfg, device=device, columns=tuple(series.columns), target=series.target,
         target_idx=int(series.columns.index(series.target)), freq=series.freq,
         date_col=getattr(series, "date_col", None) or date_col or "date", scaler=prepared.scaler,
@@ -427,6 +430,7 @@ def _fit_once(cfg: ForecasterConfig, prepared: Any, data: Any, data_dir: str | P
         source=source_of(data),
         data_dir=None if data_dir is None else str(Path(data_dir).expanduser().resolve()),
         history=[], best_epoch=0, metrics={}, prepared=prepared, tz=series.tz,
+        marks=tuple(prepared.mark_names),
     )
     result, n_windows = _train(fitted, prepared, callbacks, checkpoint_dir, resume)
     fitted.history, fitted.best_epoch = result.history, result.best_epoch
@@ -488,3 +492,14 @@ def check_mixer(cfg: ForecasterConfig) -> None:
     if not spec.needs.causal_mixer and not mixer.supports_bidirectional:
         raise TsmixError(f"model {cfg.model!r} sees the whole window but mixer {cfg.mixer!r} only exists in "
                          "causal form; pick a bidirectional mixer")
+
+
+def check_calendar(cfg: ForecasterConfig) -> None:
+    """``calendar=True`` on wide data feeds calendar features as extra input variates, which reach the
+    forecasts only through a model that mixes across variates (its registration lists ``futr_exog``
+    among the covariates it takes as variates)."""
+    if cfg.calendar and "futr_exog" not in cfg.model_spec().needs.covariates:
+        raise TsmixError(f"calendar=True adds the calendar features as extra input variates, but model "
+                         f"{cfg.model!r} forecasts each variate from its own history, so they would never "
+                         "reach a forecast; use a model that mixes variates (itransformer), or fit a "
+                         "long-format panel, where calendar features join the future covariates")

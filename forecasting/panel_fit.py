@@ -61,7 +61,6 @@ class PanelOptions:
     val_size: int | None = None  # validation steps at each series' end (before test); None = horizon
     test_size: int | None = None  # test steps at each series' end; None = horizon; 0 = no test, all data fits
     production: bool = False  # pick the epoch count on validation, then refit on every row that many epochs
-    calendar: bool = False  # append calendar features to futr_exog (off: the model sees what is named)
     scale_exog: bool = True  # standardize hist/futr covariates per series on training rows, like the target
     drop_short: bool = False  # skip (with a warning) series too short for a window in each split
 
@@ -205,7 +204,7 @@ class PanelForecaster:
         elif split is None:
             split = PanelSplit(val_size=val, test_size=test) if test else \
                 _tail_borders(panel, L, H, val or None)
-        return prepare_panel(panel, L, H, split, drop_short=o.drop_short, calendar=o.calendar,
+        return prepare_panel(panel, L, H, split, drop_short=o.drop_short, calendar=self.config.calendar,
                              scale_exog=o.scale_exog)
 
     def fit(self, df: Any, static_df: Frame | None = None, *, split: PanelSplit | None = None,

@@ -94,8 +94,11 @@ def load_panel_run(path: str | Path) -> PanelFitted:
                                    missing_fix="pass the folder save() wrote",
                                    wrong_fix="load it with the estimator that wrote it")
     try:
-        cfg = ForecasterConfig.from_dict(meta["config"])
-        options = PanelOptions(**meta["panel"])
+        config, panel = dict(meta["config"]), dict(meta["panel"])
+        if "calendar" in panel:  # runs saved before calendar became a config field kept it here
+            config.setdefault("calendar", panel.pop("calendar"))
+        cfg = ForecasterConfig.from_dict(config)
+        options = PanelOptions(**panel)
         schema = PanelSchema.from_dict(meta["schema"])
         layout = CovariateLayout.from_dict(meta["layout"])
         training = meta.get("training", {})

@@ -81,7 +81,7 @@ def plot_last_window(f: Any, prepared: Any, path: str | Path, split: str = "test
     raw, ts = prepared.series.values, prepared.series.index  # zoned stamps when the data has a zone
     s = b - L - H  # the last window of the split
     j = f.out_columns.index(channel)
-    out = head_output(f, raw[s : s + L])
+    out = head_output(f, raw[s : s + L], ts[s : s + L])
     pred = unscale(f, f.head.point(out))[:, j]
     bands, method = window_bands(f, raw[s : s + L], out, f.config.level or PLOT_LEVELS, j)
     c = f.columns.index(channel)
@@ -99,7 +99,7 @@ def plot_panel_forecast(pf: Any, path: str | Path, series: str | None = None) ->
     future covariates needs them to forecast, so it cannot be drawn from the fitted state alone."""
     f = pf._require_fitted()
     hp, o = f.history_panel, pf.options
-    if o.futr_exog or getattr(o, "calendar", False):
+    if o.futr_exog or pf.config.calendar:
         raise TsmixError("this panel model reads future covariates: plot its predict(df, futr_df=...) "
                          "output instead")
     sid = str(series if series is not None else hp.ids[0])

@@ -127,7 +127,7 @@ def plot_future(f: Fitted, path: str | Path, channel: str | None = None) -> Path
     if channel not in f.out_columns:
         raise TsmixError(f"channel {channel!r} is not forecast; choose one of {f.out_columns}")
     j, c = f.out_columns.index(channel), f.columns.index(channel)
-    out = head_output(f, f.context_values)
+    out = head_output(f, f.context_values, f.context_ts)
     bands, method = window_bands(f, f.context_values, out, f.config.level or PLOT_LEVELS, j)
     cfg = f.config
     future = future_index(f.context_ts[-1], f.freq, cfg.horizon, f.tz)

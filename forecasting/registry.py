@@ -194,8 +194,9 @@ def model_spec(name: str) -> ModelSpec:
     return _REGISTRY[name]
 
 
-def build_model(config: Any, channels: int) -> nn.Module:
-    """The network for a ForecasterConfig (resolved first) over ``channels`` input variates.
+def build_model(config: Any, channels: int, marks: int = 0) -> nn.Module:
+    """The network for a ForecasterConfig (resolved first) over ``channels`` input variates, plus
+    ``marks`` calendar variates after them (``calendar=True``: read, never forecast).
 
     A ``ProbabilisticModel``: the registered network (its RevIN lifted out) and the config's output
     head; for ``loss="mse"`` it computes what the registered network alone does, bit for bit.
@@ -203,7 +204,7 @@ def build_model(config: Any, channels: int) -> nn.Module:
     from tsmix.forecasting.probabilistic import build_with_head
 
     cfg = config.resolved()
-    return build_with_head(model_spec(cfg.model), dataclasses.asdict(cfg), channels, cfg.head())
+    return build_with_head(model_spec(cfg.model), dataclasses.asdict(cfg), channels, cfg.head(), marks)
 
 
 def count_params(model: nn.Module) -> int:

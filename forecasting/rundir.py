@@ -85,7 +85,8 @@ def config_json(f: Fitted) -> dict[str, Any]:
         "config": f.config.to_dict(),
         "data": {"source": f.source, "data_dir": f.data_dir, "columns": list(f.columns),
                  "target": f.target, "target_idx": f.target_idx, "freq": f.freq, "tz": f.tz,
-                 "date_col": f.date_col, "channels_in": len(f.in_idx), "out_columns": f.out_columns},
+                 "date_col": f.date_col, "channels_in": len(f.in_idx), "out_columns": f.out_columns,
+                 "calendar": list(f.marks)},
         "scaler": _jsonable(f.scaler.to_dict()),
         "training": {"history": f.history, "best_epoch": f.best_epoch},
     }
@@ -118,7 +119,8 @@ def load_run(path: str | Path) -> Fitted:
                      target_idx=int(data["target_idx"]), freq=data["freq"], date_col=data["date_col"],
                      source=data["source"], data_dir=data["data_dir"], tz=data.get("tz"),
                      history=list(training.get("history", [])),
-                     best_epoch=int(training.get("best_epoch", 0)))
+                     best_epoch=int(training.get("best_epoch", 0)),
+                     marks=tuple(str(m) for m in data.get("calendar", [])))
         channels = int(data["channels_in"])
         scaler = Scaler.from_dict(meta["scaler"])
     except TsmixError as exc:
@@ -126,7 +128,10 @@ def load_run(path: str | Path) -> Fitted:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
         raise TsmixError(f"{cfg_file} is damaged ({what}); re-run tsmix fit to write the run again") from None
-    model = build_model(cfg, channels)
+    if bool(facts["marks"]) != cfg.calendar:
+        raise TsmixError(f"{cfg_file} is damaged (calendar={cfg.calendar} but calendar features "
+                         f"{list(facts['marks'])}); re-run tsmix fit to write the run again")
+    model = build_model(cfg, channels, len(facts["marks"]))
     load_state(model, path, lift_state_dict if version < 2 else None)
     device = _load_device(cfg)
     model.to(device).eval()

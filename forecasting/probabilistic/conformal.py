@@ -234,12 +234,15 @@ def fit_interval_conformal(errors: dict[float, Any], scales: Any, method: str) -
     return Calibration(n, levels, np.stack(per_level), method, "scaled_interval")
 
 
-def window_scale(x: torch.Tensor, out_index: int | None = None) -> torch.Tensor:
+def window_scale(x: torch.Tensor, out_index: int | None = None, channels: int | None = None) -> torch.Tensor:
     """(B, L, C_in) input windows (scaled units) -> (B, C_out) per-channel spread over the lookback,
     ``sqrt(var + eps)`` as instance normalization computes it; ``out_index`` keeps the one channel an
-    MS model forecasts (as ``select_output`` does)."""
+    MS model forecasts (as ``select_output`` does), else ``channels`` keeps the first ones (the
+    series; calendar variates follow them in the input of a ``calendar=True`` model)."""
     s = torch.sqrt(x.float().var(dim=1, unbiased=False) + SCALE_EPS)
-    return s if out_index is None else s[:, out_index : out_index + 1]
+    if out_index is not None:
+        return s[:, out_index : out_index + 1]
+    return s if channels is None else s[:, :channels]
 
 
 def thinned(n: int, per_window: int, max_values: int = MAX_RESIDUALS) -> torch.Tensor:
@@ -264,7 +267,7 @@ def collect_residuals(point_fn: Callable[[torch.Tensor], torch.Tensor], windows:
         x, y = windows.gather(idx[s : s + batch_size])
         out.append((y - point_fn(x)).float().cpu())
         if with_scales:
-            scales.append(window_scale(x, out_index).cpu())
+            scales.append(window_scale(x, out_index, y.shape[-1]).cpu())
     residuals = torch.cat(out).numpy()
     return (residuals, torch.cat(scales).numpy()) if with_scales else residuals
 
@@ -286,5 +289,5 @@ def collect_interval_errors(bands_fn: Callable[[torch.Tensor], dict[float, tuple
         for lv in errors:
             lo, hi = bands[lv]
             errors[lv].append(torch.maximum(lo - y, y - hi).float().cpu())
-        scales.append(window_scale(x, out_index).cpu())
+        scales.append(window_scale(x, out_index, y.shape[-1]).cpu())
     return {lv: torch.cat(v).numpy() for lv, v in errors.items()}, torch.cat(scales).numpy()
