@@ -99,3 +99,10 @@ def test_unknown_names_are_clear_errors():
     with pytest.raises(TsmixError, match="no mixer given"):
         spaces.check_mixers([" ", ""])
     assert spaces.check_mixers(["softmax", "softmax "]) == ("softmax",)
+
+
+def test_itransformer_searches_the_timestamp_tokens_and_patchtst_does_not():
+    trial = ask()
+    params = spaces.suggest(trial, "itransformer", ["softmax"])
+    assert isinstance(params["calendar"], bool) and "calendar" in trial.params
+    assert "calendar" not in spaces.suggest(ask(), "patchtst", ["softmax"])
