@@ -49,8 +49,13 @@ def rlinear_params(storage: str, study_name: str) -> dict:
     """Forecaster kwargs of the best trial of the study ``study_name`` in ``storage``."""
     import optuna
 
+    from tsmix.tuning.storage import resolve_storage_url
     from tsmix.tuning.study import best_params
 
+    kind, _, target = resolve_storage_url(storage)
+    if kind != "postgresql" and not Path(target).is_file():  # optuna would create an empty database there
+        raise SystemExit(f"no study storage at {target}: fix --rlinear-study, or run `tsmix tune --model "
+                         f"rlinear --study {study_name} --storage {storage} ...` first")
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
         best = study.best_trial
