@@ -145,10 +145,13 @@ def test_data_at_another_step_is_refused(fitted):
         fitted.evaluate(data=daily)
 
 
-def test_production_and_ms_fits_take_the_calendar(frame):
+def test_production_and_ms_fits_take_the_calendar(frame, tmp_path):
     prod = Forecaster(**TINY, calendar=True, production=True).fit(frame)
     assert prod.metrics_["calendar"] == list(HOURLY) and prod.metrics_["mse"] is None
     assert len(prod.predict(level=[80])) == H
+    run = prod.save(tmp_path / "prod")  # its plot forecasts after the last row: the kept context's stamps
+    assert (run / "forecast.png").is_file()
+    pd.testing.assert_frame_equal(Forecaster.load(run).predict(), prod.predict())
     ms = Forecaster(**TINY, calendar=True, features="MS").fit(frame)
     assert set(ms.metrics_["per_channel"]) == {"OT"} and ms.model_.channels == 2
     assert list(ms.predict(level=[80]).columns) == ["date", "OT", "OT-lo-80", "OT-hi-80"]
