@@ -53,7 +53,7 @@ def _scored(by: dict, keys: list) -> list[tuple]:
 def _rows(scored: list[tuple], mark_first: str) -> list[str]:
     out = []
     for i, (val, test, paper, secs, k, hs) in enumerate(scored):
-        name = k[3].replace("patchtst", f"patchtst[{k[2]}]")
+        name = k[3].replace("patchtst", f"patchtst[{k[2]}]").replace("itransformer", f"itransformer[{k[2]}]")
         mark = mark_first if i == 0 else ""
         cells = " | ".join(f"{float(hs[h]['mse']):.4f}" for h in HORIZONS)
         out.append(f"| {name}{mark} | {k[1]} | {val:.4f} | {test:.4f} | {paper:.4f} | {cells} | {secs:.0f} |")
