@@ -92,6 +92,20 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str,
     return {(rl_label if n == "rlinear" else n): make[n] for n in names}
 
 
+MIXER_MEMBERS = ("patchtst", "itransformer")  # members built with --mixer; the others have no mixer
+
+
+def mixer_label(combo: tuple[str, ...], mixer: str) -> str:
+    """The rows' ``mixer`` of a candidate: ``--mixer`` when a member uses it, else ``-`` (so the
+    linear members' rows and saved fits are shared by runs with any ``--mixer``)."""
+    return mixer if any(n in MIXER_MEMBERS for n in combo) else "-"
+
+
+def members_of(candidate: str) -> tuple[str, ...]:
+    """``"rlinear+dlinear@tv"`` -> ``("rlinear", "dlinear")``."""
+    return tuple(candidate.removesuffix("@tv").split("+"))
+
+
 def candidates(labels: list[str]) -> list[tuple[str, ...]]:
     """Every member alone and every ensemble of two or more, in a fixed order."""
     return [c for size in range(1, len(labels) + 1) for c in itertools.combinations(labels, size)]
@@ -188,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             rl = (rlinear_params(args.rlinear_study, args.rlinear_study_name.format(dataset=dataset))
                   if "rlinear" in names else {})
             for horizon in (int(h) for h in args.horizons.split(",")):
-                key = (dataset, str(horizon), str(seed), args.mixer)
-                todo = [(c, refit) for c, refit in wanted if (*key, c) not in done]
+                key = (dataset, str(horizon), str(seed))
+                todo = [(c, refit) for c, refit in wanted
+                        if (*key, mixer_label(members_of(c), args.mixer), c) not in done]
                 if not todo:
                     continue
                 print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
@@ -198,24 +213,26 @@ def main(argv: list[str] | None = None) -> int:
                 folder = Path(args.runs) / dataset / str(horizon) / str(seed)
                 for name, make in members(names, dataset, horizon, seed, args.mixer, rl,
                                           args.rlinear_label, variate).items():
-                    f, secs = fit_or_load(make, folder / f"{name}-{args.mixer}", dataset, args.data_dir)
+                    run = folder / (f"{name}-{args.mixer}" if name in MIXER_MEMBERS else name)
+                    f, secs = fit_or_load(make, run, dataset, args.data_dir)
                     fitted["train"][name], seconds["train"][name] = f, secs
                     print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
                           f"({secs:.0f} s)", flush=True)
                     if args.refit:  # as long as the train-only fit took to its best validation epoch
                         epochs = max(1, int(f.metrics_["best_epoch"]))
-                        g, secs = fit_or_load(make, folder / f"{name}-{args.mixer}@tv", dataset,
+                        g, secs = fit_or_load(make, run.with_name(run.name + "@tv"), dataset,
                                               args.data_dir, epochs=epochs, train_on="train+val")
                         fitted["tv"][name], seconds["tv"][name] = g, secs
                         print(f"    {name}@tv ({epochs} epochs): test {g.metrics_['mse']:.4f} ({secs:.0f} s)",
                               flush=True)
                 rows, vals = [], {}
                 for cand, refit in todo:
-                    combo = tuple(cand.removesuffix("@tv").split("+"))
+                    combo = members_of(cand)
                     took = seconds["train"] if not refit else {n: seconds["train"][n] + seconds["tv"][n]
                                                                for n in combo}
                     rows.append({
-                        "dataset": dataset, "horizon": horizon, "seed": seed, "mixer": args.mixer,
+                        "dataset": dataset, "horizon": horizon, "seed": seed,
+                        "mixer": mixer_label(combo, args.mixer),
                         "candidate": cand, "size": len(combo), **score(combo, fitted, refit, vals),
                         "train_seconds": round(sum(took[n] for n in combo), 1),
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
