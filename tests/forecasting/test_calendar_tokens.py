@@ -166,9 +166,9 @@ def test_a_channel_independent_model_refuses_the_calendar(frame):
 def test_cli_fit_with_calendar(frame, tmp_path, capsys):
     path = tmp_path / "hourly.csv"
     frame.to_csv(path, index=False)
-    args = ["fit", "--model", "itransformer", "--dataset", str(path), "--lookback", str(L), "--horizon", str(H),
-            "--epochs", "1", "--d-model", "16", "--d-ff", "16", "--layers", "1", "--heads", "2",
-            "--calendar", "--out", str(tmp_path / "run"), "--no-progress"]
+    args = ["fit", "--model", "itransformer", "--dataset", str(path), "--lookback", str(L),
+            "--horizon", str(H), "--epochs", "1", "--d-model", "16", "--d-ff", "16", "--layers", "1",
+            "--heads", "2", "--calendar", "--out", str(tmp_path / "run"), "--no-progress"]
     assert main(args) == 0
     meta = json.loads((tmp_path / "run" / "config.json").read_text())
     assert meta["config"]["calendar"] is True and meta["data"]["calendar"] == list(HOURLY)
