@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tsmix.datasets.errors import DataError
+
 _MIN, _HOUR, _DAY = 60 * 10**9, 3600 * 10**9, 86_400 * 10**9
 
 
@@ -48,6 +50,7 @@ def named_features(timestamps: np.ndarray | pd.DatetimeIndex, names: tuple[str, 
     any stamps, one row or more: a window to forecast from gets the features its model was trained on."""
     unknown = [n for n in names if n not in _FEATURES]
     if unknown:
-        raise ValueError(f"unknown calendar features {unknown}; known: {', '.join(_FEATURES)}")
+        raise DataError(f"unknown calendar features {unknown} (a damaged run directory?); known: "
+                        f"{', '.join(_FEATURES)}")
     idx = pd.DatetimeIndex(timestamps)
     return np.stack([np.asarray(_FEATURES[n](idx), dtype=np.float32) for n in names], axis=1)

@@ -44,7 +44,7 @@ class ProbabilisticModel(nn.Module):
         self.channels, self.marks = channels, marks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        stats = None
+        stats, marks = None, None
         if self.marks:
             if x.shape[-1] != self.channels + self.marks:
                 raise TsmixError(f"the input has {x.shape[-1]} variates, expected {self.channels} series + "
@@ -52,11 +52,10 @@ class ProbabilisticModel(nn.Module):
             x, marks = x[..., : self.channels], x[..., self.channels :]  # (B, L, C), (B, L, K)
         if self.revin is not None:
             x, stats = self.revin.norm(x)
-        if self.marks:
-            x = torch.cat([x, marks], dim=-1)  # (B, L, C + K): calendar positions as they are
-        raw = self.base(x)  # (B, H*K, C) (C + marks variates: only the series' are kept)
-        if self.marks:
-            raw = raw[..., : self.channels]
+        if marks is None:
+            raw = self.base(x)  # (B, H*K, C)
+        else:  # calendar positions as they are; only the series' outputs are kept
+            raw = self.base(torch.cat([x, marks], dim=-1))[..., : self.channels]  # (B, H*K, C)
         b, steps, c = raw.shape
         if steps != self.horizon * self.head.k:
             raise TsmixError(

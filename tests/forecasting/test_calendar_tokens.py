@@ -191,3 +191,13 @@ def test_panel_calendar_joins_the_future_covariates_and_old_runs_load(tmp_path):
     (run / "config.json").write_text(json.dumps(meta))
     g = PanelForecaster.load(run)
     assert g.config.calendar and g.schema_.calendar == HOURLY
+
+
+def test_an_unknown_calendar_feature_name_is_a_data_error():
+    from tsmix.datasets.errors import DataError
+    from tsmix.datasets.timefeatures import named_features
+
+    stamps = pd.date_range("2024-01-01", periods=3, freq="h")
+    assert named_features(stamps, ("hour_of_day",)).shape == (3, 1)
+    with pytest.raises(DataError, match="unknown calendar features \\['hour_of_decade'\\]"):
+        named_features(stamps, ("hour_of_decade",))
