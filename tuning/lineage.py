@@ -58,9 +58,25 @@ def data_lineage(data: Any, *, lookback: int, horizon: int, features: str, data_
     return DataLineage("frame", "in-memory frame", dataset.digest, splits, dataset)
 
 
+# How the tracking server's SQL store words a lost insert race (SQLite, PostgreSQL, MySQL).
+_RACE_WORDS = ("unique constraint", "duplicate key", "duplicate entry")
+
+
 def log_lineage(lineage: DataLineage, context: str) -> None:
-    """``mlflow.log_input`` on the active run, the split sizes as input tags."""
+    """``mlflow.log_input`` on the active run, the split sizes as input tags.
+
+    The server looks the dataset up and inserts it when missing, in two steps: two workers
+    logging a new dataset at once can both miss it and one insert then fails on the unique
+    (experiment, name, digest) key (seen with two ``tsmix tune`` workers). The dataset exists
+    by then, so that one error is retried once; any other error, or a second failure, is raised.
+    """
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     tags = {k: str(v) for k, v in lineage.splits.items()}
-    mlflow.log_input(lineage.dataset, context=context, tags=tags)
+    try:
+        mlflow.log_input(lineage.dataset, context=context, tags=tags)
+    except MlflowException as exc:
+        if not any(w in str(exc).lower() for w in _RACE_WORDS):
+            raise
+        mlflow.log_input(lineage.dataset, context=context, tags=tags)
