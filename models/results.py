@@ -12,7 +12,6 @@ import contextlib
 import csv
 import json
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from tsmix.errors import TsmixError
+from tsmix.provenance import git_commit
 
 KEY = ("task", "variant", "mixer", "seed")  # a run's identity: a second run of it is skipped
 
@@ -32,12 +32,7 @@ def _key(row: dict[str, Any]) -> tuple[str, ...]:
 
 def provenance() -> dict[str, Any]:
     """Columns every row carries: torch version, threads, commit, finish time."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "commit": commit,
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "commit": git_commit(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 

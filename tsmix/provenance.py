@@ -1,7 +1,10 @@
-"""Where a result came from: the git commit of the tsmix checkout that produced it.
+"""Where a result came from: the git commit of the tsmix code that produced it.
 
-One lookup for every writer of provenance (benchmark rows and reports, the speed suite,
-MLflow tags), so all of them name the same commit the same way.
+One lookup for every writer of provenance (benchmark rows and reports, the speed suite, the
+model and reproduction scripts, MLflow tags), so all of them name the same commit the same way.
+A checkout asks git; a copy installed from a ``git archive`` (a release tarball, or a snapshot
+installed to run benchmarks while the checkout moves on) reads the hash ``git archive`` wrote
+into :mod:`tsmix._archive`.
 """
 
 from __future__ import annotations
@@ -22,10 +25,23 @@ def git_commit(short: bool = True) -> str:
     when tracked files were changed since, or "unknown"."""
     import tsmix
 
-    root = Path(tsmix.__file__).resolve().parent.parent  # the repository root of a checkout
-    if not (root / ".git").exists():  # site-packages inside some other repository is not ours
-        return UNKNOWN
-    return checkout_commit(root, short)
+    return commit_at(Path(tsmix.__file__).resolve().parent.parent, short)
+
+
+def commit_at(root: Path, short: bool = True) -> str:
+    """The commit of tsmix imported from below ``root``: git's answer in a checkout, else the
+    archive's hash, else "unknown"."""
+    if (root / ".git").exists():
+        return checkout_commit(root, short)
+    return archived_commit(short)  # site-packages inside some other repository is not ours
+
+
+def archived_commit(short: bool = True) -> str:
+    """The hash ``git archive`` wrote into :mod:`tsmix._archive`, or "unknown" (not an archive)."""
+    from tsmix import _archive
+
+    value = _archive.SHORT if short else _archive.FULL
+    return UNKNOWN if value.startswith("$Format") or not value else value
 
 
 def checkout_commit(root: Path, short: bool = True) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from tsmix.models.synthetic.curved_boundary import (
     predict_grid,
     train,
 )
+from tsmix.provenance import git_commit
 
 # label -> (mixer, options, alpha on the mult axis or None)
 VARIANTS: dict[str, tuple[str, dict, float | None]] = {
@@ -56,14 +56,6 @@ CURV_INPUTS, CURV_DIRECTIONS = 256, 8  # test inputs and random directions per c
 PAPER_EPS = 1e-3  # the paper's finite-difference step
 LINEAR_LABELS = ("ungated", "silu", "mult a=0.5", "sigmoid (mult a=1)", "g1 headwise", "g1 elementwise")
 GATED = [k for k in VARIANTS if k not in ("ungated", "silu")]
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def run_one(task: str, label: str, seed: int, tcfg: TaskConfig, trcfg: TrainConfig,
@@ -378,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
     rows: list[dict] = []
-    commit = _commit()
+    commit = git_commit()
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
         tcfg = TaskConfig(task=task, n_train=args.n_train, noise=args.noise, frequency=args.frequency)

@@ -20,13 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+
+from tsmix.provenance import git_commit
 
 HERE = Path(__file__).resolve().parent
 FIELDS = [
@@ -36,15 +37,6 @@ FIELDS = [
     "device", "threads", "torch", "commit", "host", "finished_at",
 ]
 KEY = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "patience", "epochs_max")
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,

@@ -338,6 +338,40 @@ def test_checkout_commit_marks_changed_tracked_files(tmp_path):
     assert checkout_commit(tmp_path / "nowhere") == "unknown"
 
 
+def test_an_archive_names_its_commit_and_a_checkout_asks_git(tmp_path, monkeypatch):
+    """``git archive`` writes the hash into tsmix/_archive.py (export-subst): a copy installed from
+    it names HEAD; in the checkout the placeholders stay and git is asked."""
+    import io
+    import subprocess
+    import sys
+    import tarfile
+    from pathlib import Path
+
+    import tsmix
+    from tsmix import _archive
+    from tsmix.provenance import UNKNOWN, archived_commit, commit_at
+
+    root = Path(tsmix.__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert archived_commit() == UNKNOWN and _archive.FULL.startswith("$Format")  # a checkout
+    blob = subprocess.run(["git", "archive", "--format=tar", "HEAD", "tsmix"], cwd=root, capture_output=True,
+                          check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = subprocess.run([sys.executable, "-c", "from tsmix.provenance import git_commit as g; "
+                          "print(g(short=False)); print(g())"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    full, short = out.stdout.split()
+    assert full == head and head.startswith(short) and len(short) >= 7
+    # the same lookup, in process: no .git beside the package means the archive's word
+    monkeypatch.setattr(_archive, "FULL", head)
+    assert commit_at(tmp_path, short=False) == head
+    monkeypatch.setattr(_archive, "SHORT", "")
+    assert commit_at(tmp_path) == UNKNOWN
+
+
 def test_benchmark_mlflow_logging_leaves_the_global_tracking_uri_alone(tmp_path, monkeypatch):
     import mlflow
     from mlflow.tracking import is_tracking_uri_set
