@@ -15,7 +15,9 @@ Members (each with its own recipe; the model is never chosen by looking at test)
 
 ``--members`` picks which of them are fitted; ``--rlinear-label`` names the RLinear member when it
 comes from another study (e.g. ``rlinear-{dataset}-lb``, whose space also searches the lookback:
-``space_lookback.json``), so its rows sit beside the first study's instead of replacing them.
+``space_lookback.json``), so its rows sit beside the first study's instead of replacing them;
+``--variate-label`` does the same for an itransformer member with other settings (e.g.
+``itransformer-notok`` with ``--no-variate-calendar``).
 
 Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
 report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
@@ -71,7 +73,7 @@ def rlinear_params(storage: str, study_name: str) -> dict:
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
-            rl_label: str, variate: dict | None = None) -> dict:
+            rl_label: str, variate: dict | None = None, variate_label: str = "itransformer") -> dict:
     """Factories of the members by candidate name, in ``names`` order: ``make(**overrides)``."""
     from tsmix.forecasting import Forecaster
 
@@ -89,16 +91,22 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str,
         "itransformer": lambda **o: Forecaster.from_preset("paper", "itransformer", dataset, horizon,
                                                            mixer=mixer, **{**(variate or {}), **common, **o}),
     }
-    return {(rl_label if n == "rlinear" else n): make[n] for n in names}
+    label = {"rlinear": rl_label, "itransformer": variate_label}
+    return {label.get(n, n): make[n] for n in names}
 
 
 MIXER_MEMBERS = ("patchtst", "itransformer")  # members built with --mixer; the others have no mixer
 
 
+def uses_mixer(label: str) -> bool:
+    """Whether the member named ``label`` (``itransformer-notok``: an itransformer) takes --mixer."""
+    return label.split("-")[0] in MIXER_MEMBERS
+
+
 def mixer_label(combo: tuple[str, ...], mixer: str) -> str:
     """The rows' ``mixer`` of a candidate: ``--mixer`` when a member uses it, else ``-`` (so the
     linear members' rows and saved fits are shared by runs with any ``--mixer``)."""
-    return mixer if any(n in MIXER_MEMBERS for n in combo) else "-"
+    return mixer if any(uses_mixer(n) for n in combo) else "-"
 
 
 def members_of(candidate: str) -> tuple[str, ...]:
@@ -170,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variate-lookback", type=int, default=336, help="lookback of the itransformer member")
     ap.add_argument("--variate-calendar", action=argparse.BooleanOptionalAction, default=True,
                     help="the itransformer member reads the timestamp tokens (calendar=True)")
-    ap.add_argument("--rlinear-study", required=True, help="Optuna storage holding the rlinear study")
+    ap.add_argument("--variate-label", default="itransformer",
+                    help="name of the itransformer member in the rows (itransformer or itransformer-<tag>)")
+    ap.add_argument("--rlinear-study", help="Optuna storage of the rlinear study (with the rlinear member)")
     ap.add_argument("--rlinear-study-name", default="rlinear-{dataset}-336",
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
     ap.add_argument("--rlinear-label", default="rlinear",
@@ -191,8 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(known))
     if unknown or not names:
         ap.error(f"--members: unknown {unknown or 'empty list'}; choose from {', '.join(known)}")
+    if "rlinear" in names and not args.rlinear_study:
+        ap.error("--members has rlinear: give --rlinear-study (the Optuna storage of its tuning study)")
+    if not (args.variate_label == "itransformer" or args.variate_label.startswith("itransformer-")):
+        ap.error(f"--variate-label must be itransformer or itransformer-<tag>, got {args.variate_label!r}")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
-    labels = [args.rlinear_label if n == "rlinear" else n for n in names]
+    label = {"rlinear": args.rlinear_label, "itransformer": args.variate_label}
+    labels = [label.get(n, n) for n in names]
     wanted = [("+".join(c), False) for c in candidates(labels)]
     wanted += [("+".join(c) + "@tv", True) for c in candidates(labels)] if args.refit else []
     done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
@@ -212,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                 fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
                 folder = Path(args.runs) / dataset / str(horizon) / str(seed)
                 for name, make in members(names, dataset, horizon, seed, args.mixer, rl,
-                                          args.rlinear_label, variate).items():
-                    run = folder / (f"{name}-{args.mixer}" if name in MIXER_MEMBERS else name)
+                                          args.rlinear_label, variate, args.variate_label).items():
+                    run = folder / (f"{name}-{args.mixer}" if uses_mixer(name) else name)
                     f, secs = fit_or_load(make, run, dataset, args.data_dir)
                     fitted["train"][name], seconds["train"][name] = f, secs
                     print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
