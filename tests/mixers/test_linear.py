@@ -118,3 +118,26 @@ def test_linear_fast_forward_at_the_variate_shape(causal, same_map):
     m = tsmix.build_mixer("linear", 128, heads=8, causal=causal).double()
     x = torch.randn(2, 21, 128, dtype=f64, requires_grad=True)
     same_map(m(x), m.reference(x), [x, *m.parameters()])
+
+
+@pytest.mark.parametrize("n,order", [(7, "scores"), (16, "scores"), (17, "state"), (21, "state")])
+def test_bidirectional_linear_reads_in_the_cheaper_order(n, order, same_map, monkeypatch):
+    """Head dim 16: up to 16 tokens the bidirectional read goes through the (N, N) scores, beyond
+    through the (Dh, Dh + 1) state; either way the values and gradients are the reference's
+    (float64), and the other order gives the same read."""
+    from tsmix.mixers.linear import LinearAttention
+
+    torch.manual_seed(0)
+    m = tsmix.build_mixer("linear", 128, heads=8, causal=False).double()
+    x = torch.randn(2, n, 128, dtype=f64, requires_grad=True)
+    taken = []
+    for name in ("_read_by_scores", "_read_by_state"):
+        real = getattr(LinearAttention, name)
+        monkeypatch.setattr(LinearAttention, name,
+                            staticmethod(lambda *a, _r=real, _n=name: taken.append(_n) or _r(*a)))
+    y = m(x)
+    assert taken == [f"_read_by_{order}"]
+    same_map(y, m.reference(x), [x, *m.parameters()])
+    q, k, v = m._qkv_fast(x.detach())
+    by_scores, by_state = LinearAttention._read_by_scores(q, k, v), LinearAttention._read_by_state(q, k, v)
+    torch.testing.assert_close(by_scores, by_state, rtol=1e-12, atol=1e-12)

@@ -5,7 +5,8 @@ scan across them) and agree with their recurrent ``step``/``recurrent`` form and
 quadratic ``reference``. Bidirectional mode adds the anti-causal half (the same scan on the
 reversed sequence, exclusive of the current token); bidirectional GLA on short CPU sequences
 reads through the dense form of :mod:`tsmix.ops.gla_small`, and bidirectional linear attention
-through one ``(Dh, Dh + 1)`` state per head (no decay: ``phi(q) [phi(k)^T v, sum phi(k)]``).
+through one ``(Dh, Dh + 1)`` state per head (no decay: ``phi(q) [phi(k)^T v, sum phi(k)]``), or
+through the ``(N, N)`` scores when there are fewer tokens than head dims (the cheaper order).
 """
 
 from __future__ import annotations
@@ -165,12 +166,29 @@ class LinearAttention(Mixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         q, k, v = self._qkv_fast(x)  # (B, H, N, Dh)
         if not self.causal:
-            # the ones column joins the small (Dh, Dh) state, not the (N, Dh) values
-            kv = torch.cat([k.transpose(-1, -2) @ v, k.sum(-2)[..., None]], dim=-1)  # (B, H, Dh, Dh + 1)
-            return self.out(_NormalizedRead.apply(q @ kv, self.options.eps))  # (B, N, D)
+            return self.out(_NormalizedRead.apply(self._bidir_read(q, k, v), self.options.eps))  # (B, N, D)
         v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
         r, _ = gla_chunked(q, k, v1, q.new_zeros(*q.shape[:-1], 1), chunk=self.options.chunk)  # no decay
         return self._finish(r)
+
+    def _bidir_read(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``[phi(q) phi(k)^T v, phi(q) . sum phi(k)]`` ``(B, H, N, Dh + 1)``, the matmuls in the
+        cheaper order: with no mask the product associates, so fewer tokens than head dims
+        (iTransformer's 7 variates, head dim 16) read through the ``(N, N)`` scores, N^2 (2 Dh + 1)
+        multiply-adds, and longer sequences through the ``(Dh, Dh + 1)`` state, N Dh (2 Dh + 1)."""
+        n, dh = q.shape[-2:]
+        return self._read_by_scores(q, k, v) if n <= dh else self._read_by_state(q, k, v)
+
+    @staticmethod
+    def _read_by_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        v1 = torch.cat([v, v.new_ones(()).expand(*v.shape[:-1], 1)], dim=-1)  # (B, H, N, Dh + 1)
+        return (q @ k.transpose(-1, -2)) @ v1  # (B, H, N, N) scores first
+
+    @staticmethod
+    def _read_by_state(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # the ones column joins the small (Dh, Dh) state, not the (N, Dh) values
+        kv = torch.cat([k.transpose(-1, -2) @ v, k.sum(-2)[..., None]], dim=-1)  # (B, H, Dh, Dh + 1)
+        return q @ kv
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain quadratic form: explicit (masked) phi(q) phi(k)^T, then row normalization."""
