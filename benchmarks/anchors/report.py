@@ -197,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTm2 --seeds 2021 \\\n"
             "    --members rlinear,dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
             "    --rlinear-study sqlite:///optuna.db\n"
+            "# the same member without the timestamp tokens, beside it (ETTm2: add rlinear)\n"
+            "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
+            "    --members dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
