@@ -96,6 +96,11 @@ class _NormalizedRead(torch.autograd.Function):
         return gr, None
 
 
+def _with_ones(v: torch.Tensor) -> torch.Tensor:
+    """``v (..., N, Dh)`` with a ones column appended ``(..., N, Dh + 1)``: its read is the normalizer."""
+    return torch.cat([v, v.new_ones(()).expand(*v.shape[:-1], 1)], dim=-1)
+
+
 def log_feature_map(z: torch.Tensor, kind: str = "elu") -> torch.Tensor:
     """``log(feature_map(z))`` computed without forming the (possibly underflowing) feature."""
     if kind == "elu":  # elu(z) + 1 = e^z for z < 0, 1 + z otherwise
@@ -146,8 +151,7 @@ class LinearAttention(Mixer):
     def _qkv1(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(x).chunk(3, dim=-1))  # (B, H, N, Dh)
         fq, fk = feature_map(q, self.options.feature), feature_map(k, self.options.feature)
-        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
-        return fq, fk, v1
+        return fq, fk, _with_ones(v)
 
     def _qkv_fast(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`_qkv1` without the ones column, arranged for speed: the feature map runs once on
@@ -167,8 +171,8 @@ class LinearAttention(Mixer):
         q, k, v = self._qkv_fast(x)  # (B, H, N, Dh)
         if not self.causal:
             return self.out(_NormalizedRead.apply(self._bidir_read(q, k, v), self.options.eps))  # (B, N, D)
-        v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column reads the normalizer
-        r, _ = gla_chunked(q, k, v1, q.new_zeros(*q.shape[:-1], 1), chunk=self.options.chunk)  # no decay
+        no_decay = q.new_zeros(*q.shape[:-1], 1)
+        r, _ = gla_chunked(q, k, _with_ones(v), no_decay, chunk=self.options.chunk)
         return self._finish(r)
 
     def _bidir_read(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -181,8 +185,7 @@ class LinearAttention(Mixer):
 
     @staticmethod
     def _read_by_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        v1 = torch.cat([v, v.new_ones(()).expand(*v.shape[:-1], 1)], dim=-1)  # (B, H, N, Dh + 1)
-        return (q @ k.transpose(-1, -2)) @ v1  # (B, H, N, N) scores first
+        return (q @ k.transpose(-1, -2)) @ _with_ones(v)  # (B, H, N, N) scores first
 
     @staticmethod
     def _read_by_state(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
