@@ -73,8 +73,9 @@ def rlinear_params(storage: str, study_name: str) -> dict:
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
-            rl_label: str, variate: dict | None = None, variate_label: str = "itransformer") -> dict:
-    """Factories of the members by candidate name, in ``names`` order: ``make(**overrides)``."""
+            labels: dict[str, str], variate: dict | None = None) -> dict:
+    """Factories of the members by candidate name (``labels``: a member's name in the rows, when
+    not its own), in ``names`` order: ``make(**overrides)``."""
     from tsmix.forecasting import Forecaster
 
     common = dict(seed=seed, threads=1, progress=False)
@@ -91,8 +92,7 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str,
         "itransformer": lambda **o: Forecaster.from_preset("paper", "itransformer", dataset, horizon,
                                                            mixer=mixer, **{**(variate or {}), **common, **o}),
     }
-    label = {"rlinear": rl_label, "itransformer": variate_label}
-    return {label.get(n, n): make[n] for n in names}
+    return {labels.get(n, n): make[n] for n in names}
 
 
 MIXER_MEMBERS = ("patchtst", "itransformer")  # members built with --mixer; the others have no mixer
@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
                 folder = Path(args.runs) / dataset / str(horizon) / str(seed)
-                for name, make in members(names, dataset, horizon, seed, args.mixer, rl,
-                                          args.rlinear_label, variate, args.variate_label).items():
+                for name, make in members(names, dataset, horizon, seed, args.mixer, rl, label,
+                                          variate).items():
                     run = folder / (f"{name}-{args.mixer}" if uses_mixer(name) else name)
                     f, secs = fit_or_load(make, run, dataset, args.data_dir)
                     fitted["train"][name], seconds["train"][name] = f, secs
