@@ -60,6 +60,8 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 
 def add_commands(sub: Any) -> None:
+    from tsmix.forecasting.presets import preset_names
+
     p = sub.add_parser(
         "tune", help="tune a forecaster with an Optuna study tracked in MLflow",
         description="One worker of an Optuna study over Forecaster configs. Start several on the same "
@@ -77,8 +79,10 @@ def add_commands(sub: Any) -> None:
                    help="total COMPLETE+PRUNED trials of the study, over all workers (default 20)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds after which this worker starts no new trial (default: no limit)")
-    p.add_argument("--epochs", type=int, default=10, help="maximum epochs of each trial (default 10)")
-    p.add_argument("--lookback", type=int, default=336, help="input window length (default 336)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="maximum epochs of each trial (default: the preset's, else 10)")
+    p.add_argument("--lookback", type=int, default=None,
+                   help="input window length (default: the preset's, else 336)")
     p.add_argument("--horizon", type=int, default=96, help="steps to forecast (default 96)")
     p.add_argument("--features", default="M", choices=("M", "S", "MS"),
                    help="M all->all, S target->target, MS all->target (default M)")
@@ -102,6 +106,10 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--no-refit", action="store_true",
                    help="do not train the champion at the end (default: the best trial's settings are "
                         "trained on train+val, scored on test and registered with --register-as)")
+    p.add_argument("--preset", default=None, choices=preset_names(),
+                   help="every trial starts from this preset's hyper-parameters for --model on --dataset "
+                        "at --horizon (tsmix fit --preset); the space searches over them and --set wins "
+                        "(default: the Forecaster's defaults)")
     p.add_argument("--set", dest="fixed", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="hold a Forecaster hyper-parameter fixed, e.g. --set batch_size=64 (repeatable); "
                         "it leaves the search space and every trial trains with it (default: none)")
@@ -142,10 +150,16 @@ def _tune(args: argparse.Namespace) -> int:
     mixers = [m for m in args.mixers.split(",") if m.strip()]
     if args.show_space:
         from tsmix.tuning import spaces
-        from tsmix.tuning.study import make_search
+        from tsmix.tuning.study import make_search, preset_values
 
         search = make_search(args.model, spaces.check_mixers(mixers), fixed, args.space)
-        print(json.dumps(search.describe(), indent=2, sort_keys=True, default=str))
+        described = search.describe()
+        if args.preset:  # the values every trial starts from (searched names replace theirs)
+            if not args.dataset:
+                raise TsmixError("--preset is set per dataset: give --dataset with --show-space")
+            described.update(preset=args.preset,
+                             base=preset_values(args.preset, args.model, args.dataset, args.horizon))
+        print(json.dumps(described, indent=2, sort_keys=True, default=str))
         return 0
     if not args.dataset:
         raise TsmixError("--dataset is required: a benchmark name such as ETTh1, or a CSV/parquet path")
@@ -158,7 +172,7 @@ def _tune(args: argparse.Namespace) -> int:
         experiment=args.experiment, register_as=args.register_as, alias=args.alias, seed=args.seed,
         pruner=args.pruner, heartbeat=args.heartbeat, grace=args.grace, retry_stale=args.retry_stale,
         data_dir=args.data_dir, refit=not args.no_refit, out_dir=args.out, verbose=not args.quiet,
-        features=args.features, space=args.space, **fixed,
+        features=args.features, space=args.space, preset=args.preset, **fixed,
     )
     print(f"study {result.study}: {result.complete} complete, {result.pruned} pruned, {result.failed} failed "
           f"of {result.trials}; this worker ran {len(result.ran)}")

@@ -44,6 +44,11 @@ class SpaceTrial:
     def __getattr__(self, name: str) -> Any:  # number, report, should_prune, user attrs, ...
         return getattr(self._trial, name)
 
+    @property
+    def held(self) -> frozenset[str]:
+        """The names the study holds fixed (``tsmix.forecasting.spaces.held`` reads them)."""
+        return frozenset(self._space.fixed)
+
     def _answer(self, name: str, ask: Callable[[], Any]) -> Any:
         self.asked.append(name)
         if name in self._space.fixed:

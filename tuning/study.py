@@ -36,6 +36,8 @@ from tsmix.tuning.worker import ACTIVE, DONE, Worker, count, worker_id
 
 PRUNERS = ("median", "hyperband", "none")
 SETUP_ATTR = "tsmix.setup"  # what the study searches; a rerun must match it
+DEFAULT_LOOKBACK = 336  # without a preset or an explicit lookback
+DEFAULT_EPOCHS = 10  # maximum epochs of a trial, likewise
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,8 @@ def run_study(
     mixers: Sequence[str] = ("softmax",),
     trials: int = 20,
     timeout: float | None = None,
-    epochs: int = 10,
-    lookback: int = 336,
+    epochs: int | None = None,
+    lookback: int | None = None,
     horizon: int = 96,
     storage: str | None = None,
     study: str = "tsmix",
@@ -137,6 +139,7 @@ def run_study(
     max_failures: int = 3,
     verbose: bool = True,
     space: SpaceFn | str | Path | Mapping[str, Any] | None = None,
+    preset: str | None = None,
     **fixed: Any,
 ) -> StudyResult:
     """Tune ``model`` (and the mixer among ``mixers``) on ``dataset``: one worker of the study.
@@ -151,7 +154,10 @@ def run_study(
     trial trains with its value. ``space``: a ``space(trial) -> dict`` callable replacing the
     built-in spaces, or a .json/.yaml file (or mapping) of distributions by name
     (``{"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": true}}``) overriding or
-    extending them (see :mod:`tsmix.tuning.search`).
+    extending them (see :mod:`tsmix.tuning.search`). ``preset`` (e.g. ``"paper"``): every trial
+    starts from the preset's hyper-parameters for ``model`` on ``dataset`` at ``horizon``; what the
+    space samples replaces the preset's value and ``fixed`` wins over both. ``lookback`` and
+    ``epochs`` default to the preset's, else 336 and 10.
     The objective is the validation MSE (selection never looks at the test split).
     """
     if not isinstance(trials, int) or trials <= 0:
@@ -167,8 +173,8 @@ def run_study(
     mixers = spaces.check_mixers(mixers)
     spaces.model_space(model)
     search = make_search(model, mixers, fixed, space)
-    base = {"model": model, "lookback": lookback, "horizon": horizon, "epochs": epochs,
-            "progress": False, **fixed}
+    base = study_base(model, dataset, horizon, lookback=lookback, epochs=epochs, preset=preset, fixed=fixed)
+    lookback, epochs = base["lookback"], base["epochs"]
     if not spaces.model_space(model).uses_mixer:
         base.setdefault("mixer", mixers[0])  # recorded, unused by the model
     config = Forecaster(**base).get_params()  # invalid fixed settings fail here, before anything
@@ -203,7 +209,7 @@ def run_study(
                 **lineage.params(), "model": model, "mixers": ",".join(setup["mixers"]) or "none",
                 "sampler": f"TPESampler(seed={seed} + trial number)", "pruner": _pruner_name(pruner),
                 "seed": seed, "epochs": epochs, "lookback": lookback, "horizon": horizon,
-                "fixed": json.dumps(search.fixed, sort_keys=True, default=str),
+                "preset": preset or "none", "fixed": json.dumps(search.fixed, sort_keys=True, default=str),
             }, space=search.describe())
             set_budget(uri, parent, trials)
         worker = Worker(store, st, base, search=search, data=dataset, data_dir=data_dir, date_col=date_col,
@@ -217,6 +223,31 @@ def run_study(
         return _result(st, store, search, trials, ran, parent, tracked)
     finally:
         store.close()
+
+
+def study_base(model: str, dataset: Any, horizon: int, *, lookback: int | None = None,
+               epochs: int | None = None, preset: str | None = None,
+               fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The Forecaster arguments every trial starts from (its sampled values go on top): the
+    preset's, then model, lookback, horizon and epochs (given, else the preset's, else 336 and 10),
+    then ``fixed``."""
+    values = preset_values(preset, model, dataset, horizon)
+    lookback = lookback if lookback is not None else values.get("lookback", DEFAULT_LOOKBACK)
+    epochs = epochs if epochs is not None else values.get("epochs", DEFAULT_EPOCHS)
+    return {**values, "model": model, "lookback": lookback, "horizon": horizon, "epochs": epochs,
+            "progress": False, **(fixed or {})}
+
+
+def preset_values(preset: str | None, model: str, dataset: Any, horizon: int) -> dict[str, Any]:
+    """The preset's Forecaster arguments under a study's space (``{}`` without a preset)."""
+    if preset is None:
+        return {}
+    if not isinstance(dataset, (str, Path)):
+        raise TsmixError(f"preset {preset!r} is set per benchmark dataset: pass the dataset's name "
+                         f"(ETTh1, ...), or drop the preset and --set the hyper-parameters")
+    from tsmix.forecasting.presets import preset_params
+
+    return preset_params(preset, model, dataset, horizon)
 
 
 def make_search(model: str, mixers: Sequence[str], fixed: dict[str, Any],
@@ -283,4 +314,5 @@ def _result(st: optuna.Study, store: StudyStorage, search: SearchSpace, trials: 
 
 
 __all__ = ["ACTIVE", "CLOSED_ATTR", "DONE", "PARENTS_ATTR", "PRUNERS", "REFIT_ATTR", "SETUP_ATTR",
-           "StudyResult", "best_params", "make_pruner", "make_search", "run_study", "worker_id"]
+           "StudyResult", "best_params", "make_pruner", "make_search", "preset_values", "run_study",
+           "study_base", "worker_id"]

@@ -106,3 +106,15 @@ def test_itransformer_searches_the_timestamp_tokens_and_patchtst_does_not():
     params = spaces.suggest(trial, "itransformer", ["softmax"])
     assert isinstance(params["calendar"], bool) and "calendar" in trial.params
     assert "calendar" not in spaces.suggest(ask(), "patchtst", ["softmax"])
+
+
+@pytest.mark.parametrize("model", ["patchtst", "itransformer"])
+def test_a_fixed_d_ff_leaves_no_dead_ratio_in_the_search(model):
+    from tsmix.tuning.study import make_search
+
+    searched = make_search(model, ("softmax",), {}, None)
+    assert "ff_ratio" in searched.distributions()
+    held = make_search(model, ("softmax",), {"d_ff": 96}, None)
+    assert "ff_ratio" not in held.distributions() and "d_model" in held.distributions()
+    trial = ask()
+    assert held.suggest(trial)["d_ff"] == 96 and "ff_ratio" not in trial.params
