@@ -105,6 +105,22 @@ def svc() -> types.SimpleNamespace:
                                  serve=serve)
 
 
+@pytest.fixture
+def trial_forecasters(monkeypatch) -> list:
+    """Every Forecaster a tuning worker builds in this test (trials and refits), in order."""
+    from tsmix.tuning.worker import Worker
+
+    built: list = []
+    made = Worker.forecaster
+
+    def spy(self, params):
+        built.append(made(self, params))
+        return built[-1]
+
+    monkeypatch.setattr(Worker, "forecaster", spy)
+    return built
+
+
 @pytest.fixture(scope="session")
 def mini_csv(data_dir, tmp_path_factory) -> Path:
     """The first rows of ETTh1 as a plain CSV (custom 70/10/20 borders)."""

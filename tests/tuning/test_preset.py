@@ -51,23 +51,13 @@ def test_show_space_lists_the_preset_values(data_dir, capsys):
 
 
 @pytest.mark.services
-def test_trials_train_the_preset_and_the_study_records_it(data_dir, tmp_path, monkeypatch):
-    from tsmix.tuning.worker import Worker
-
-    fitted = []
-    made = Worker.forecaster
-
-    def spy(self, params):
-        fitted.append(made(self, params))
-        return fitted[-1]
-
-    monkeypatch.setattr(Worker, "forecaster", spy)
+def test_trials_train_the_preset_and_the_study_records_it(data_dir, tmp_path, trial_forecasters):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     kw = dict(model="dlinear", trials=1, epochs=1, storage=storage, study="p", refit=False, verbose=False,
               tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", data_dir=data_dir, threads=1)
     result = run_study("ETTh1", preset="paper", kernel_size=13, **kw)
     assert result.complete == 1
-    (trial,) = fitted
+    (trial,) = trial_forecasters
     c, paper = trial.config, preset_params("paper", "dlinear", "ETTh1", 96)
     # the preset's training recipe (the Forecaster defaults differ: no schedule, no patience)
     assert (c.lr_schedule, c.patience, c.lookback) == (paper["lr_schedule"], paper["patience"], 336)

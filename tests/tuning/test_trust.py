@@ -120,25 +120,16 @@ def test_champion_trains_on_train_and_val_for_the_best_epoch(fixed_study, mini_c
     assert f"val MSE {best.value:.4g}," in v.description and "nan" not in v.description.lower()
 
 
-def test_trials_never_score_test_and_tune_reads_with_fill(mini_csv, tmp_path, monkeypatch, capsys):
+def test_trials_never_score_test_and_tune_reads_with_fill(mini_csv, tmp_path, monkeypatch, capsys,
+                                                          trial_forecasters):
     """#17: a trial fits with evaluate_test=False (no test metric is even computed), and
     ``tsmix tune --fill ffill`` reads data with a NaN in every place a fit reads it (the lineage too)."""
-    from tsmix.tuning.worker import Worker
-
     lines = mini_csv.read_text().splitlines()
     cells = lines[100].split(",")
     cells[2] = ""  # one missing value in the training rows
     lines[100] = ",".join(cells)
     holey = tmp_path / "holey.csv"
     holey.write_text("\n".join(lines) + "\n")
-    fitted = []
-    made = Worker.forecaster
-
-    def spy(self, params):
-        fitted.append(made(self, params))
-        return fitted[-1]
-
-    monkeypatch.setattr(Worker, "forecaster", spy)
     monkeypatch.chdir(tmp_path)
     argv = ["tune", "--dataset", str(holey), "--model", "dlinear", "--trials", "1", "--epochs", "1",
             "--lookback", "48", "--horizon", "12", "--no-refit", "--quiet", "--set", "threads=1"]
@@ -146,7 +137,7 @@ def test_trials_never_score_test_and_tune_reads_with_fill(mini_csv, tmp_path, mo
     assert "missing/NaN/inf values in columns ['HULL']" in capsys.readouterr().err
     assert main([*argv, "--fill", "ffill", "--study", "filled"]) == 0  # ...and read with one
     assert "1 complete" in capsys.readouterr().out
-    (trial,) = fitted[-1:]
+    (trial,) = trial_forecasters[-1:]
     assert trial.config.fill == "ffill" and trial.metrics_["best_epoch"] == 1
     assert not {"mse", "mae", "test_windows", "per_channel"} & set(trial.metrics_)  # test never scored
 
