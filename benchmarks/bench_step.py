@@ -12,8 +12,9 @@ ratio always comes from one run. Sections (any combination; default: all but --o
                 and the variate shape (B x 7 tokens, D=128, 8 heads), batch as an axis; ratios to
                 softmax in the same cell.
   --inference   predict of the paper-preset encoders: p50 latency of one window, windows/s at 128.
-  --lookbacks   training step vs L in {336, 720, 1440, 2880} (ETTh1 patch encoder) for the
-                linear-time mixers and softmax: epoch cost = step x steps/epoch, fitted exponent.
+  --lookbacks   training step vs L in {336, 720, 1440, 2880} (patch encoder, the paper preset of
+                ``--lookback-dataset``, default ETTh1) for the linear-time mixers and softmax:
+                epoch cost = step x steps/epoch, fitted exponent.
 
     python benchmarks/bench_step.py --official /tmp/patchtst --out benchmarks/bench_step.txt
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import statistics
 import sys
@@ -73,19 +75,19 @@ def sdpa_everywhere() -> Iterator[None]:
 # ----------------------------------------------------------------------------- models
 
 
-def _preset_cfg(model: str = "patchtst", mixer: str = "softmax", lookback: int = 336):
+def _preset_cfg(model: str = "patchtst", mixer: str = "softmax", lookback: int = 336, dataset: str = "ETTh1"):
     from tsmix.forecasting import ForecasterConfig
     from tsmix.forecasting.presets import paper_preset
 
-    preset = dict(paper_preset(model, "ETTh1", 96), lookback=lookback)
+    preset = dict(paper_preset(model, dataset, 96), lookback=lookback)
     kw = {"mixer": mixer} if model != "dlinear" else {}
     return ForecasterConfig(model=model, **preset, **kw).resolved()
 
 
-def _batches(cfg, data_dir: str | None, n: int):
+def _batches(cfg, data_dir: str | None, n: int, dataset: str = "ETTh1"):
     from tsmix.datasets import prepare
 
-    data = prepare("ETTh1", cfg.lookback, cfg.horizon, data_dir=data_dir)
+    data = prepare(dataset, cfg.lookback, cfg.horizon, data_dir=data_dir)
     gen = torch.Generator().manual_seed(0)
     it = data.train.batches(cfg.batch_size, shuffle=True, generator=gen, drop_last=True)
     return data, [next(it) for _ in range(n)]
@@ -222,16 +224,20 @@ def section_lookbacks(args, log) -> None:
     from tsmix.forecasting import build_model
 
     mixers = ["softmax", "yb-spectral", "linear", "fem-aft", "gla"]
-    log(f"## lookback scaling, ETTh1 patch encoder paper preset, {args.rounds} timed steps per cell")
+    ds = args.lookback_dataset
+    batch = f", batch {args.lookback_batch}" if args.lookback_batch else ""
+    log(f"## lookback scaling, {ds} patch encoder paper preset{batch}, {args.rounds} timed steps per cell")
     res: dict[str, list[tuple[int, float]]] = {m: [] for m in mixers}
     for lookback in args.lookback_values:
-        cfg0 = _preset_cfg(lookback=lookback)
-        data, batches = _batches(cfg0, args.data_dir, 2)
+        cfg0 = _preset_cfg(lookback=lookback, dataset=ds)
+        if args.lookback_batch:  # the preset's batch is 3.9 GB of activations at ETTm1 L=336
+            cfg0 = dataclasses.replace(cfg0, batch_size=args.lookback_batch)
+        data, batches = _batches(cfg0, args.data_dir, 2, ds)
         steps = len(data.train) // cfg0.batch_size
         fns = {}
         for mixer in mixers:
             torch.manual_seed(0)
-            model = build_model(_preset_cfg(mixer=mixer, lookback=lookback), data.x_channels)
+            model = build_model(_preset_cfg(mixer=mixer, lookback=lookback, dataset=ds), data.x_channels)
             fns[mixer] = _trainer(model, batches)
         t = _alternate(fns, args.rounds)
         cells = "  ".join(f"{m} {t[m] * 1e3:7.0f}ms {t[m] * steps:6.1f}s" for m in mixers)
@@ -258,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-scales", type=float, nargs="*", default=[1.0],
                     help="batch axis, as multiples of the real batch")
     ap.add_argument("--lookback-values", type=int, nargs="*", default=[336, 720, 1440, 2880])
+    ap.add_argument("--lookback-dataset", default="ETTh1",
+                    help="whose patch-encoder paper preset and training windows --lookbacks uses")
+    ap.add_argument("--lookback-batch", type=int, default=None,
+                    help="batch size of --lookbacks (default: the preset's); memory grows with L")
+    ap.add_argument("--malloc", choices=("retain", "default"), default="retain",
+                    help="retain: glibc keeps freed memory (what the tsmix command does, "
+                         "tsmix.engine.memory); default: leave malloc as it is")
     ap.add_argument("--out", default=None, help="also write the report here (atomically)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (2-thread figures need an otherwise idle machine)")
@@ -265,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         raise SystemExit("--rounds must be >= 1")
     torch.set_num_threads(args.threads)
+    if args.malloc == "retain":
+        from tsmix.engine.memory import retain_freed_memory
+
+        retain_freed_memory()
     lines: list[str] = []
 
     def log(s: str) -> None:
@@ -274,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     with open("/proc/loadavg") as fh:
         load = " ".join(fh.read().split()[:3])
     clock = "process CPU time" if args.threads == 1 else "wall time"
-    log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, load average {load}")
+    log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, malloc {args.malloc}, "
+        f"load average {load}")
     log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     chosen = [s for s in ("step", "mixers", "inference", "lookbacks") if getattr(args, s)]
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:

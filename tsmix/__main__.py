@@ -1,8 +1,6 @@
 """``python -m tsmix``: the tsmix command (same as the ``tsmix`` console script)."""
 
-import sys
-
-from tsmix.cli import main
+from tsmix.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -61,6 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_pipe()
 
 
+def run() -> None:
+    """The ``tsmix`` console script (and ``python -m tsmix``): :func:`main` in a process whose freed
+    memory glibc keeps for reuse (``tsmix.engine.memory``; ``TSMIX_MALLOC=default`` leaves it)."""
+    from tsmix.engine.memory import retain_unless_disabled
+
+    try:
+        retain_unless_disabled()
+    except TsmixError as exc:
+        print(f"tsmix: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main())
+
+
 def _closed_pipe() -> int:
     """The reader went away (``tsmix mixers --json | head``): exit quietly, as Unix tools do.
 
@@ -75,4 +88,4 @@ def _closed_pipe() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

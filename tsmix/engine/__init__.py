@@ -11,9 +11,10 @@ from tsmix.engine.config import EngineConfig, FitResult, Task
 from tsmix.engine.data import SampledBatches, WindowBatches
 from tsmix.engine.distributed import Dist, from_env, rank_device
 from tsmix.engine.loop import fit
+from tsmix.engine.memory import retain_freed_memory
 from tsmix.engine.schedules import Schedule, epoch_rule, epoch_rule_factor, one_cycle
 
 __all__ = [
     "Callback", "Dist", "EngineConfig", "FitResult", "SampledBatches", "Schedule", "Task", "WindowBatches",
-    "epoch_rule", "epoch_rule_factor", "fit", "from_env", "one_cycle", "rank_device",
+    "epoch_rule", "epoch_rule_factor", "fit", "from_env", "one_cycle", "rank_device", "retain_freed_memory",
 ]
