@@ -5,10 +5,10 @@ returns it to the kernel on ``free``; on CPU each step allocates its activations
 page of every large tensor is faulted in again on every step. At the patch encoder's long
 lookbacks that is half the step: ETTm1 preset, L=2880, batch 32, yb-spectral, 1 thread:
 2.7 s user + 3.0 s system (1.3 M minor faults) per step, against 2.8 s + 0.1 s with the freed
-memory kept (``benchmarks/bench_malloc.txt``); at L=336 the two are the same. :func:`retain_freed_memory` serves every
-allocation from the heap (``M_MMAP_MAX = 0``) and trims the heap only beyond 2 GiB of free top
-(``M_TRIM_THRESHOLD``), the way PyTorch's CUDA caching allocator keeps GPU memory: the process's
-resident memory then stays near its peak until it exits.
+memory kept (``benchmarks/bench_malloc.txt``); at L=336 the two are the same.
+:func:`retain_freed_memory` serves every allocation from the heap (``M_MMAP_MAX = 0``) and trims
+the heap only beyond 2 GiB of free top (``M_TRIM_THRESHOLD``), the way PyTorch's CUDA caching
+allocator keeps GPU memory: the process's resident memory then stays near its peak until it exits.
 
 The ``tsmix`` command applies it at start (``TSMIX_MALLOC=default`` turns that off); a library
 user calls it once at the start of a training script. Process-global and not undone.
