@@ -4,9 +4,7 @@ Same commands as the installed ``tsmix`` console script (``pip install -e .`` fi
 that the root folders resolve as ``tsmix.datasets`` etc.).
 """
 
-import sys
-
-from tsmix.cli import main
+from tsmix.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

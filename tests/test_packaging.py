@@ -44,7 +44,7 @@ def test_top_level_txt_names_only_tsmix(wheel):
     (top,) = [n for n in zf.namelist() if n.endswith(".dist-info/top_level.txt")]
     assert zf.read(top).decode().split() == ["tsmix"]
     (ep,) = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
-    assert "tsmix = tsmix.cli:main" in zf.read(ep).decode()
+    assert "tsmix = tsmix.cli:run" in zf.read(ep).decode()
 
 
 def test_root_cli_runs_from_checkout():
