@@ -36,8 +36,6 @@ from tsmix.tuning.worker import ACTIVE, DONE, Worker, count, worker_id
 
 PRUNERS = ("median", "hyperband", "none")
 SETUP_ATTR = "tsmix.setup"  # what the study searches; a rerun must match it
-DEFAULT_LOOKBACK = 336  # without a preset or an explicit lookback
-DEFAULT_EPOCHS = 10  # maximum epochs of a trial, likewise
 
 
 @dataclass(frozen=True)
@@ -229,11 +227,13 @@ def study_base(model: str, dataset: Any, horizon: int, *, lookback: int | None =
                epochs: int | None = None, preset: str | None = None,
                fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Forecaster arguments every trial starts from (its sampled values go on top): the
-    preset's, then model, lookback, horizon and epochs (given, else the preset's, else 336 and 10),
-    then ``fixed``."""
+    preset's, then model, lookback, horizon and epochs (given, else the preset's, else the
+    Forecaster's defaults, 336 and 10), then ``fixed``."""
+    from tsmix.forecasting.config import ForecasterConfig
+
     values = preset_values(preset, model, dataset, horizon)
-    lookback = lookback if lookback is not None else values.get("lookback", DEFAULT_LOOKBACK)
-    epochs = epochs if epochs is not None else values.get("epochs", DEFAULT_EPOCHS)
+    lookback = lookback if lookback is not None else values.get("lookback", ForecasterConfig.lookback)
+    epochs = epochs if epochs is not None else values.get("epochs", ForecasterConfig.epochs)
     return {**values, "model": model, "lookback": lookback, "horizon": horizon, "epochs": epochs,
             "progress": False, **(fixed or {})}
 
