@@ -10,7 +10,6 @@ to softmax compiled, from the same run. Compilation happens in the untimed warm-
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -66,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{c / med['softmax+compile']:.2f} | {warm[f'{name}+compile']:.0f} |")
     print("\n".join(lines))
     if args.out:
-        tmp = f"{args.out}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, args.out)
+        from tsmix.models.results import write_text_atomic
+
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0
 
 

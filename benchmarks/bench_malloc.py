@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             lines.append(line)
     if args.out:
-        tmp = f"{args.out}.tmp"
-        Path(tmp).write_text("\n".join(lines) + "\n")
-        os.replace(tmp, args.out)
+        from tsmix.models.results import write_text_atomic
+
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0
 
 

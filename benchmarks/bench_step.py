@@ -298,10 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:
         globals()[f"section_{s}"](args, log)
     if args.out:
-        tmp = f"{args.out}.tmp"
-        with open(tmp, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, args.out)
+        from tsmix.models.results import write_text_atomic
+
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0
 
 
