@@ -142,7 +142,7 @@ def run_speed(cfg: SpeedConfig | None = None, log: Callable[[str], None] = print
     return {"cells": cells, "exponents": exponents(cells, mixers, cfg.widths), "mixers": mixers,
             "config": asdict(cfg), "device": dev.type, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t_start, "load": _loadavg(),
-            "commit": git_commit()}
+            "commit": git_commit(), "malloc": _malloc()}
 
 
 def _energy_steps(name: str) -> int | None:
@@ -203,7 +203,7 @@ def run_shapes(cfg: ShapesConfig | None = None, log: Callable[[str], None] = pri
     return {"kind": "shapes", "cells": cells, "mixers": mixers, "config": asdict(cfg), "device": dev.type,
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "seconds": time.perf_counter() - t_start, "load_start": load_start, "load": _loadavg(),
-            "commit": git_commit()}
+            "commit": git_commit(), "malloc": _malloc()}
 
 
 def _shape_line(c: ShapeCell) -> str:
@@ -220,6 +220,13 @@ def _cell_line(c: Cell) -> str:
         return f"{c.mixer:>14} D={c.width:<4} N={c.length:<5} {c.status}"
     mem = f" peak {c.peak_mb:8.1f} MiB" if c.peak_mb is not None else ""
     return f"{c.mixer:>14} D={c.width:<4} N={c.length:<5} {c.ms:10.2f} ms{mem}"
+
+
+def _malloc() -> str:
+    """How this process's C allocator treats freed memory (it changes CPU timings: tsmix.engine.memory)."""
+    from tsmix.engine.memory import retained
+
+    return "freed memory kept" if retained() else "allocator as it comes"
 
 
 def _loadavg() -> str:

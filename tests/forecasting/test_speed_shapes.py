@@ -109,6 +109,16 @@ def test_unknown_shape_or_bad_batches_are_errors():
         run_shapes(ShapesConfig(batches=(0,)), log=_quiet)
 
 
+def test_the_report_names_the_allocator_setting(tiny, monkeypatch):
+    from tsmix.engine import memory
+    from tsmix.forecasting.benchmark.speed import _malloc
+
+    monkeypatch.setattr(memory, "_applied", True)
+    assert _malloc() == "freed memory kept"
+    monkeypatch.setattr(memory, "_applied", False)
+    assert _malloc() == "allocator as it comes"
+
+
 def test_cli_shapes_writes_speed_shapes_only_and_renders_back(tmp_path, capsys):
     out = tmp_path / "speed"
     argv = ["benchmark-speed", "--shapes", "patch", "--batches", "1", "--rounds", "1", "--mixers", "linear",
@@ -117,6 +127,9 @@ def test_cli_shapes_writes_speed_shapes_only_and_renders_back(tmp_path, capsys):
     assert (out / "speed_shapes.md").is_file() and not (out / "speed.md").exists()  # sweep not asked
     md = (out / "speed_shapes.md").read_text()
     assert "| linear |" in md and "| softmax |" in md and "## variate" not in md
+    # the allocator setting changes CPU timings: the report says which one ran (pytest's process
+    # never applied tsmix.engine.memory; the tsmix command does)
+    assert ", allocator as it comes;" in md
     (out / "speed_shapes.md").unlink()
     again = tmp_path / "again"
     assert cli_main(["benchmark-speed", "--render", str(out / "speed_shapes.json"), "--out", str(again)]) == 0

@@ -47,6 +47,11 @@ def retain_freed_memory() -> bool:
     return True
 
 
+def retained() -> bool:
+    """Whether this process keeps freed memory (:func:`retain_freed_memory` was applied)."""
+    return _applied
+
+
 def retain_unless_disabled() -> bool:
     """:func:`retain_freed_memory` unless ``TSMIX_MALLOC=default`` (what the ``tsmix`` command runs)."""
     choice = os.environ.get(ENV, "retain").strip().lower()
@@ -55,4 +60,4 @@ def retain_unless_disabled() -> bool:
     return choice == "retain" and retain_freed_memory()
 
 
-__all__ = ["ENV", "retain_freed_memory", "retain_unless_disabled"]
+__all__ = ["ENV", "retain_freed_memory", "retain_unless_disabled", "retained"]
