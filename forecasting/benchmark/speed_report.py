@@ -27,7 +27,7 @@ from .speed_cells import (
 )
 
 
-def _malloc(result: dict[str, Any]) -> str:
+def _malloc_text(result: dict[str, Any]) -> str:
     """``, freed memory kept`` (or the other setting) where the run recorded it, else nothing."""
     return f", {result['malloc']}" if result.get("malloc") else ""
 
@@ -103,8 +103,8 @@ def render_speed_markdown(result: dict[str, Any]) -> str:
         "timed as "
         f"{'wall time' if result['device'] == 'cuda' else _CPU_CLOCK}; "
         f"device {result['device']}, torch {result['torch']}, "
-        f"{result['threads']} thread(s), commit {result.get('commit') or git_commit()}{_malloc(result)}; "
-        f"load average at the end {result['load']}; "
+        f"{result['threads']} thread(s), commit {result.get('commit') or git_commit()}"
+        f"{_malloc_text(result)}; load average at the end {result['load']}; "
         f"{result['seconds']:.0f} s in all.",
         "Cells: milliseconds (× softmax in the same cell). Peak memory: live allocator MiB during one pass "
         "(CPU: profiler allocation timeline; CUDA: max_memory_allocated) (× softmax).",
@@ -244,7 +244,7 @@ def render_shapes_markdown(result: dict[str, Any]) -> str:
         f"{cfg['min_pass_s'] * 1e3:g} ms repeat within a round) so machine-load drift hits all alike, and "
         f"each ratio is to softmax in the same cell. Timed as {clock}; device {result['device']}, torch "
         f"{result['torch']}, {result['threads']} thread(s), commit {result.get('commit') or '?'}"
-        f"{_malloc(result)}; load average at the start {result.get('load_start', '?')}, "
+        f"{_malloc_text(result)}; load average at the start {result.get('load_start', '?')}, "
         f"at the end {result['load']}; "
         f"{result['seconds']:.0f} s in all.",
         "Per step: the ratio divided by the mixer's energy-step count (its `steps` option). Target: the "
