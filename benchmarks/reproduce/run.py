@@ -80,7 +80,10 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tsmix.engine.memory import retain_unless_disabled
     from tsmix.forecasting.benchmark.store import append_csv, csv_keys
+
+    retain_unless_disabled()  # as the tsmix command does: no page faults per step (TSMIX_MALLOC)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="dlinear,patchtst")
