@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{c / med['softmax+compile']:.2f} | {warm[f'{name}+compile']:.0f} |")
     print("\n".join(lines))
     if args.out:
-        from tsmix.models.results import write_text_atomic
+        from tsmix.atomic import write_text_atomic
 
         write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from tsmix.atomic import write_text_atomic
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_step import _batches, _preset_cfg, _trainer  # noqa: E402  (same model and batches as bench_step)
 
@@ -257,9 +259,7 @@ def main() -> None:
     log(f"{time.perf_counter() - t0:.0f} s in all; load average at the end {_loadavg()}")
     if args.out:
         out = Path(args.out)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, out)
+        write_text_atomic(out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

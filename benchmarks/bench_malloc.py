@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             lines.append(line)
     if args.out:
-        from tsmix.models.results import write_text_atomic
+        from tsmix.atomic import write_text_atomic
 
         write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0

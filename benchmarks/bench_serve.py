@@ -46,6 +46,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tsmix.atomic import write_text_atomic
+
 ENCODERS = ("patchtst", "itransformer", "dlinear")
 DATASET, HORIZON = "ETTh1", 96
 SEED = 2021
@@ -341,9 +343,7 @@ def main() -> None:
         "rest json+c = urllib, a new TCP connection per request")
     log(f"{time.perf_counter() - t0:.0f} s in all; load average at the end {_loadavg()}")
     if out is not None:
-        tmp_out = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp_out.write_text("\n".join(lines) + "\n")
-        os.replace(tmp_out, out)
+        write_text_atomic(out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

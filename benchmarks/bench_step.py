@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:
         globals()[f"section_{s}"](args, log)
     if args.out:
-        from tsmix.models.results import write_text_atomic
+        from tsmix.atomic import write_text_atomic
 
         write_text_atomic(args.out, "\n".join(lines) + "\n")
     return 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import torch
 
+from tsmix.atomic import write_text_atomic
 from tsmix.provenance import git_commit
 
 LEVELS = (80.0, 95.0)
@@ -142,12 +142,6 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epochs", type=int, default=3)
@@ -161,7 +155,7 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
-        _write(args.out / "README.md", render(json.loads((args.out / "results.json").read_text())))
+        write_text_atomic(args.out / "README.md", render(json.loads((args.out / "results.json").read_text())))
         return
     results: dict[str, Any] = {
         "epochs": args.epochs, "threads": args.threads, "seed": args.seed, "torch": torch.__version__,
@@ -173,8 +167,8 @@ def main() -> None:
         for row in fit_one(loss.strip(), args.epochs, args.threads, args.seed, args.data_dir):
             print(json.dumps(row), flush=True)
             results["rows"].append(row)
-        _write(args.out / "results.json", json.dumps(results, indent=2) + "\n")
-        _write(args.out / "README.md", render(results))
+        write_text_atomic(args.out / "results.json", json.dumps(results, indent=2) + "\n")
+        write_text_atomic(args.out / "README.md", render(results))
 
 
 if __name__ == "__main__":

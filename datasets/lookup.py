@@ -10,12 +10,12 @@ import hashlib
 import http.client
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from tsmix.atomic import atomic_path
 from tsmix.datasets.errors import DataError
 from tsmix.datasets.specs import BenchmarkSpec, get_benchmark
 
@@ -81,30 +81,22 @@ def download(spec: BenchmarkSpec, target: Path, *, searched: Sequence[Path] = ()
                         f"it from {url} failed ({reason}): {fix}") from None
     print(f"tsmix: downloading {spec.filename} from {url} to {target}", file=sys.stderr)
     created = [p for p in [target.parent, *target.parent.parents] if not p.exists()]  # innermost first
-    tmp: Path | None = None
     try:
-        with response:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".part", dir=target.parent)
-            tmp = Path(name)
+        with response, atomic_path(target, suffix=".part") as tmp:  # renamed only once verified
             h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as f:
+            with open(tmp, "wb") as f:
                 for chunk in iter(lambda: response.read(1 << 20), b""):
                     h.update(chunk)
                     f.write(chunk)
-        if h.hexdigest() != spec.sha256:
-            raise DataError(f"sha256 mismatch for {spec.relpath} downloaded from {url}: got {h.hexdigest()}, "
-                            f"expected {spec.sha256}; the download is corrupt or the upstream file changed: "
-                            f"{fix}")
-        os.replace(tmp, target)  # atomic: readers see no file or the whole verified file
-        tmp = None
+            if h.hexdigest() != spec.sha256:
+                raise DataError(f"sha256 mismatch for {spec.relpath} downloaded from {url}: got "
+                                f"{h.hexdigest()}, expected {spec.sha256}; the download is corrupt or "
+                                f"the upstream file changed: {fix}")
         created = []
         return target
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         raise DataError(f"downloading {spec.relpath} from {url} failed ({exc}): {fix}") from None
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
         for p in created:  # only folders this call made, and only while empty
             try:
                 p.rmdir()

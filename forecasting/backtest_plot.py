@@ -6,13 +6,12 @@ Drawn on a private Agg canvas (matplotlib's global backend is never touched), wr
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tsmix.atomic import atomic_path
 from tsmix.errors import TsmixError
 from tsmix.forecasting.probabilistic.output import interval_columns
 
@@ -54,13 +53,7 @@ def plot_backtest(bt: Any, path: str | Path, series: list[str] | None = None, ma
     axes[0].legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     path = Path(path).expanduser()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 

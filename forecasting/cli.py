@@ -13,12 +13,12 @@ import argparse
 import dataclasses
 import json
 import os
-import tempfile
 import typing
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from tsmix.atomic import atomic_path
 from tsmix.errors import TsmixError
 from tsmix.forecasting.config import PROTOCOLS, ForecasterConfig, choices_of
 from tsmix.options import field_hints, parse_text
@@ -312,20 +312,14 @@ def check_output_file(path: str) -> Path:
 def write_frame(frame: Any, out: Path) -> None:
     """Write ``frame`` atomically (temporary sibling, then rename): a kill leaves no half file."""
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-        os.close(fd)
+        with atomic_path(out, suffix=out.suffix) as tmp:
+            if out.suffix == ".parquet":
+                frame.to_parquet(tmp, index=False)
+            else:
+                frame.to_csv(tmp, index=False)
     except OSError as exc:
-        raise TsmixError(f"cannot write --output {out} ({exc.strerror}); choose a writable folder") from None
-    try:
-        if out.suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        reason = exc.strerror or exc
+        raise TsmixError(f"cannot write --output {out} ({reason}); choose a writable folder") from None
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import torch
 
+from tsmix.atomic import write_text_atomic
 from tsmix.models.capabilities import parse_options
 from tsmix.models.fit import FitConfig
 from tsmix.models.nets import NetConfig
-from tsmix.models.results import ResultFile, markdown, metric_table, provenance, write_text_atomic
+from tsmix.models.results import ResultFile, markdown, metric_table, provenance
 
 
 def add_common(p: argparse.ArgumentParser, *, mixers: str, steps: int, lr: float, batch: int,

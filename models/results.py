@@ -8,11 +8,8 @@ one metric as a mixer x variant table.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 
 import torch
 
+from tsmix.atomic import atomic_path
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -69,20 +67,10 @@ class ResultFile:
         with FileLock(str(self.path) + ".tsmix-lock"):
             rows = [r for r in self.rows() if _key(r) != _key(row)] + [row]
             fields = list(dict.fromkeys(k for r in rows for k in r))
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", newline="") as fh:
-                    writer = csv.DictWriter(fh, fieldnames=fields)
-                    writer.writeheader()
-                    writer.writerows(rows)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            with atomic_path(self.path) as tmp, open(tmp, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
 
 
 def markdown(
@@ -135,12 +123,3 @@ def metric_table(
     return "\n".join(lines) + "\n"
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)

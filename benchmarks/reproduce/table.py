@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from tsmix.atomic import write_text_atomic
 from tsmix.forecasting.benchmark.report import paired_cell
 
 HERE = Path(__file__).resolve().parent
@@ -190,10 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(csv.DictReader(fh))
     text = build(rows)
     out = Path(args.out)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")  # atomic: never half a table
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, out)
+    write_text_atomic(out, text)  # never half a table
     print(text)
     return 0
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tsmix.atomic import atomic_path, write_text_atomic
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -32,19 +32,11 @@ def _malloc_text(result: dict[str, Any]) -> str:
     return f", {result['malloc']}" if result.get("malloc") else ""
 
 
-def _write_atomic(path: Path, text: str) -> Path:
-    """Write via a temporary file and rename, so a reader (or a killed run) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
-
-
 def save_speed_json(result: dict[str, Any], path: str | Path) -> Path:
     """Everything needed to re-render the tables and plot later (``load_speed_json``)."""
     data = {k: v for k, v in result.items() if k not in ("cells", "exponents")}
     data["cells"] = [asdict(c) for c in result["cells"]]
-    return _write_atomic(Path(path), json.dumps(data, indent=1, default=str))
+    return write_text_atomic(Path(path), json.dumps(data, indent=1, default=str))
 
 
 def load_speed_json(path: str | Path) -> dict[str, Any]:
@@ -75,8 +67,8 @@ def write_speed(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
         w.writerow([c.mixer, c.width, c.length, cfg["batch"], cfg["heads"], _f(c.ms), _f(c.peak_mb),
                     _f(t), _f(m), c.status, result["device"], result["torch"], result["threads"],
                     result.get("commit") or git_commit()])
-    _write_atomic(csv_path, buf.getvalue())
-    md_path = _write_atomic(out / "speed.md", render_speed_markdown(result))
+    write_text_atomic(csv_path, buf.getvalue())
+    md_path = write_text_atomic(out / "speed.md", render_speed_markdown(result))
     png_path = out / "speed.png"
     plot_speed(result, png_path)
     json_path = save_speed_json(result, out / "speed.json")
@@ -193,7 +185,8 @@ def plot_speed(result: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"tsmix mixers on {result['device']} ({result['threads']} thread(s), "
                  f"torch {result['torch']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return Path(path)
 
@@ -220,9 +213,9 @@ def write_shapes(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]
                     result["torch"], result["threads"], result.get("commit") or ""])
     data = {k: v for k, v in result.items() if k != "cells"}
     data["cells"] = [asdict(c) for c in result["cells"]]
-    return {"csv": _write_atomic(out / f"{SHAPES_STEM}.csv", buf.getvalue()),
-            "markdown": _write_atomic(out / f"{SHAPES_STEM}.md", render_shapes_markdown(result)),
-            "json": _write_atomic(out / f"{SHAPES_STEM}.json", json.dumps(data, indent=1, default=str))}
+    return {"csv": write_text_atomic(out / f"{SHAPES_STEM}.csv", buf.getvalue()),
+            "markdown": write_text_atomic(out / f"{SHAPES_STEM}.md", render_shapes_markdown(result)),
+            "json": write_text_atomic(out / f"{SHAPES_STEM}.json", json.dumps(data, indent=1, default=str))}
 
 
 def load_shapes_json(path: str | Path) -> dict[str, Any]:

@@ -19,11 +19,11 @@ import contextlib
 import csv
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tsmix.atomic import atomic_path
 from tsmix.errors import TsmixError
 
 # Column order of the CSV files. The first seven form the key of a row.
@@ -124,26 +124,14 @@ def csv_keys(path: str | Path, columns: Sequence[str]) -> set[tuple[str, ...]]:
 
 
 def _write_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write ``rows`` to a temp file beside ``path``, fsync, then rename over it."""
+    """Write ``rows`` to ``path`` through a synced temporary sibling and a rename."""
     extra = sorted({k for r in rows for k in r} - set(COLUMNS))
     fields = list(COLUMNS) + extra
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; result files are ordinary shared data
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: _format(r.get(k)) for k in fields})
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _format(r.get(k)) for k in fields})
 
 
 class ResultStore:
