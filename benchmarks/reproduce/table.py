@@ -18,6 +18,7 @@ from tsmix.forecasting.benchmark.report import paired_cell
 
 HERE = Path(__file__).resolve().parent
 HORIZONS = (96, 192, 336, 720)
+LOOKBACK = 336  # the presets' lookback; longer ones are the lookback study (results_lookback.csv)
 
 # Published test MSE (papers' tables; they used the ``paper`` protocol). DLinear: Zeng et al. 2023,
 # Table 2; PatchTST/42: Nie et al. 2023, Table 3.
@@ -144,11 +145,14 @@ def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "soft
     difference paired over the seeds both ran (per horizon and for the per-seed 4-horizon average),
     the mixer's own 4-horizon average and its training seconds per run."""
     runs: dict[tuple, dict[int, float]] = defaultdict(dict)  # (mixer, dataset, h) -> {seed: mse}
-    secs: dict[str, list[float]] = defaultdict(list)
+    secs: dict[tuple, list[float]] = defaultdict(list)  # (mixer, dataset) -> wall training s per run
+    cpu: dict[tuple, list[float]] = defaultdict(list)  # (mixer, dataset) -> CPU s per fit, where recorded
     for r in rows:
-        if r["model"] == "patchtst" and int(r["epochs_max"]) == epochs_max:
+        if r["model"] == "patchtst" and int(r["epochs_max"]) == epochs_max and int(r["lookback"]) == LOOKBACK:
             runs[(r["mixer"], r["dataset"], int(r["horizon"]))][int(r["seed"])] = float(r["mse"])
-            secs[r["mixer"]].append(float(r["train_seconds"]))
+            secs[(r["mixer"], r["dataset"])].append(float(r["train_seconds"]))
+            if r.get("cpu_seconds"):
+                cpu[(r["mixer"], r["dataset"])].append(float(r["cpu_seconds"]))
     mixers = sorted({k[0] for k in runs} - {reference})
     if not mixers:
         return []
@@ -157,10 +161,25 @@ def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "soft
              f"Test MSE difference to {reference}, paired over the seeds both ran (mean ± standard error; "
              "negative is better; **bold** beyond 2 standard errors, i.e. more than seed noise; `n=1`: one "
              "seed, no error bar). `avg`: each seed's 4-horizon average difference. `own avg`: the mixer's "
-             "4-horizon average fair MSE over its seeds with all four horizons. `train s/run`: wall-clock "
-             "training seconds, inflated by whatever else ran on the shared CPU.", "",
-             "| mixer | dataset | H=96 | H=192 | H=336 | H=720 | avg | own avg | seeds | train s/run |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "4-horizon average fair MSE over its seeds with all four horizons (the reference's own row "
+             "first). `train s/run`: wall-clock training seconds, inflated by whatever else ran on the "
+             "shared CPU; `CPU s/run`: process CPU time of the fit (1 thread), the cost on an idle core, "
+             "over the runs that recorded it (n in brackets).", "",
+             "| mixer | dataset | H=96 | H=192 | H=336 | H=720 | avg | own avg | seeds | train s/run "
+             "| CPU s/run |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cost(mixer: str, dataset: str) -> str:
+        c = cpu.get((mixer, dataset))
+        wall = f"{statistics.mean(secs[(mixer, dataset)]):.0f}"
+        return f"{wall} | " + (f"{statistics.mean(c):.0f} ({len(c)})" if c else "—")
+
+    for dataset in sorted({k[1] for k in runs if k[0] == reference}):
+        own = _own_average(runs, reference, dataset)
+        seeds = max(len(runs.get((reference, dataset, h), {})) for h in HORIZONS)
+        own_cell = f"{statistics.mean(own):.4f}" if own else "—"
+        lines.append(f"| {reference} (reference) | {dataset} | — | — | — | — | — | {own_cell} | {seeds} | "
+                     f"{cost(reference, dataset)} |")
     for mixer in mixers:
         for dataset in sorted({k[1] for k in runs if k[0] == mixer}):
             cells, per_seed = [], defaultdict(list)
@@ -171,13 +190,18 @@ def mixer_section(rows: list[dict], epochs_max: int = 20, reference: str = "soft
                 for s in shared:
                     per_seed[s].append(a[s] - b[s])
             full = [statistics.mean(v) for v in per_seed.values() if len(v) == len(HORIZONS)]
-            own_seeds = set.intersection(*(set(runs.get((mixer, dataset, h), {})) for h in HORIZONS))
-            own = [statistics.mean(runs[(mixer, dataset, h)][s] for h in HORIZONS) for s in own_seeds]
+            own = _own_average(runs, mixer, dataset)
             own_cell = f"{statistics.mean(own):.4f}" if own else "—"
             seeds = max(len(runs.get((mixer, dataset, h), {})) for h in HORIZONS)
             lines.append(f"| {mixer} | {dataset} | " + " | ".join(cells) + f" | {paired_cell(full)} | "
-                         f"{own_cell} | {seeds} | {statistics.mean(secs[mixer]):.0f} |")
+                         f"{own_cell} | {seeds} | {cost(mixer, dataset)} |")
     return [*lines, ""]
+
+
+def _own_average(runs: dict[tuple, dict[int, float]], mixer: str, dataset: str) -> list[float]:
+    """The 4-horizon average MSE of each seed that ran all four horizons."""
+    seeds = set.intersection(*(set(runs.get((mixer, dataset, h), {})) for h in HORIZONS))
+    return [statistics.mean(runs[(mixer, dataset, h)][s] for h in HORIZONS) for s in sorted(seeds)]
 
 
 def main(argv: list[str] | None = None) -> int:

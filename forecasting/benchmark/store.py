@@ -101,16 +101,43 @@ def append_csv(path: str | Path, fields: Sequence[str], rows: Iterable[Mapping[s
     """Append ``rows`` (only ``fields``, in that order) to the CSV at ``path``, its header first when
     the file is new or empty; flushed and fsynced before returning. The resumable log of the
     benchmark scripts: each call is one finished unit of work, so a killed run loses at most the
-    unit in progress."""
-    path = Path(path)
-    new = not path.is_file() or path.stat().st_size == 0
-    with open(path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(fields))
-        if new:
-            w.writeheader()
-        w.writerows({k: r.get(k) for k in fields} for r in rows)
-        fh.flush()
-        os.fsync(fh.fileno())
+    unit in progress.
+
+    Writers of one file take its lock (``<path>.tsmix-lock``). A file whose header is a prefix of
+    ``fields`` (a script that gained columns) is first rewritten atomically with the new header,
+    its old rows empty there; any other header is an error, never a misaligned row."""
+    from filelock import FileLock
+
+    path, fields = Path(path), list(fields)
+    with FileLock(f"{path}.tsmix-lock"):
+        header = _header(path)
+        if header is not None and header != fields:
+            if header != fields[: len(header)]:
+                raise TsmixError(
+                    f"{path} has the columns {', '.join(header)}; this script writes "
+                    f"{', '.join(fields)}: give it another output file, or move this one away"
+                )
+            with open(path, newline="") as fh:
+                old = list(csv.DictReader(fh))
+            with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=fields)
+                w.writeheader()
+                w.writerows({k: r.get(k, "") for k in fields} for r in old)
+        with open(path, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields)
+            if header is None:
+                w.writeheader()
+            w.writerows({k: r.get(k) for k in fields} for r in rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _header(path: Path) -> list[str] | None:
+    """The CSV header of ``path``; None when there is no file or it is empty."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    with open(path, newline="") as fh:
+        return next(csv.reader(fh), None)
 
 
 def csv_keys(path: str | Path, columns: Sequence[str]) -> set[tuple[str, ...]]:

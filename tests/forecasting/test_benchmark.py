@@ -394,3 +394,16 @@ def test_append_csv_writes_the_header_once_and_only_the_named_fields(tmp_path):
     assert path.read_text().splitlines() == ["a,b", "1,2", "3,", "5,4"]
     assert csv_keys(path, ["b", "a"]) == {("2", "1"), ("", "3"), ("4", "5")}
     assert csv_keys(tmp_path / "none.csv", ["a"]) == set()
+
+
+def test_append_csv_adds_new_trailing_columns_and_refuses_other_headers(tmp_path):
+    path = tmp_path / "rows.csv"
+    append_csv(path, ["a", "b"], [{"a": 1, "b": 2}])
+    append_csv(path, ["a", "b", "cpu"], [{"a": 3, "b": 4, "cpu": 5.5}])  # a script that gained a column
+    assert path.read_text().splitlines() == ["a,b,cpu", "1,2,", "3,4,5.5"]
+    with pytest.raises(TsmixError, match=r"has the columns a, b, cpu; this script writes b, a"):
+        append_csv(path, ["b", "a"], [{"a": 6, "b": 7}])  # would misalign every later row
+    with pytest.raises(TsmixError, match="another output file"):
+        append_csv(path, ["a", "x", "cpu"], [{"a": 6}])
+    assert path.read_text().splitlines() == ["a,b,cpu", "1,2,", "3,4,5.5"]  # untouched by the refusals
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv", "rows.csv.tsmix-lock"]
