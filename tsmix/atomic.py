@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "fsync_path", "write_bytes_atomic", "write_text_atomic"]
 
 
 def _umask() -> int:
@@ -32,7 +32,8 @@ def _umask() -> int:
     return mask
 
 
-def _fsync(path: str) -> None:
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Flush a file, or a folder's entries (a rename in it), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -55,8 +56,10 @@ def atomic_path(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterat
     os.close(fd)
     try:
         yield Path(name)
-        _fsync(name)  # the bytes are on disk before the rename makes them the file
+        fsync_path(name)  # the bytes are on disk before the rename makes them the file
         os.replace(name, target)
+        with contextlib.suppress(OSError):  # and the rename itself, where a folder can be opened
+            fsync_path(target.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)

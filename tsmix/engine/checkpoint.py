@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 from safetensors import safe_open
 from safetensors.torch import save
 
+from tsmix.atomic import fsync_path
 from tsmix.errors import TsmixError
 
 FILENAME = "last.safetensors"
@@ -99,7 +100,7 @@ def write(path: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) ->
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)  # make the rename itself durable
+    fsync_path(path.parent)  # make the rename itself durable
 
 
 def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -113,14 +114,6 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise TsmixError(f"{path} is not a tsmix checkpoint of version {VERSION}; delete it to start over")
     return tensors, meta
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- run identity
