@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tsmix.atomic import atomic_path
 from tsmix.errors import TsmixError
 
 PLOT_LEVELS = (80.0, 95.0)  # bands drawn for a model with intervals but no levels of its own
@@ -57,7 +58,8 @@ def plot_window(
     ax.set_xlabel(f"steps from the forecast origin {pd.Timestamp(future_ts[0])}", fontsize=8)
     ax.legend(loc="upper left", fontsize=7)
     path = Path(path)
-    fig.savefig(path, format="png")
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

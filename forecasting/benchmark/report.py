@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tsmix.atomic import atomic_path, write_text_atomic
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -73,6 +74,11 @@ def _sort_key(g: dict[str, Any]) -> tuple:
     return (str(g["suite"]), ds, str(g["dataset"]), mo, mixer, int(g["lookback"]), int(g["horizon"]))
 
 
+def _save(fig: Any, path: Path) -> None:
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+
+
 def write_summary_csv(groups: list[dict[str, Any]], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +86,7 @@ def write_summary_csv(groups: list[dict[str, Any]], path: str | Path) -> Path:
                           "mse_paper_std", "mae_paper_mean", "mae_paper_std", "val_mse_mean", "epochs_mean",
                           "train_seconds_mean", "cpu_seconds_mean", "params", "published_reference",
                           "published_mse", "published_mae", "config_hashes"]
-    with open(path, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for g in groups:
@@ -311,7 +317,7 @@ def plot_report(groups: list[dict[str, Any]], out_dir: str | Path, suite: str) -
             ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "mse_by_mixer.png"
-    fig.savefig(p, dpi=110)
+    _save(fig, p)
     plt.close(fig)
     paths.append(p)
 
@@ -334,7 +340,7 @@ def plot_report(groups: list[dict[str, Any]], out_dir: str | Path, suite: str) -
             ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         p = out / fname
-        fig.savefig(p, dpi=110)
+        _save(fig, p)
         plt.close(fig)
         paths.append(p)
     return paths
@@ -377,7 +383,7 @@ def write_report(results: str | Path, suite: str, out_dir: str | Path | None = N
     plot_paths = plot_report(groups, out / "plots", suite) if (plots and groups) else []
     rel = [p.relative_to(out) for p in plot_paths]
     md = render_markdown(groups, suite, notes=notes, plots=rel)
-    (out / "README.md").write_text(md)
+    write_text_atomic(out / "README.md", md)
     files["markdown"] = out / "README.md"
     for p in plot_paths:
         files[p.stem] = p

@@ -13,10 +13,10 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
+from tsmix.atomic import write_text_atomic
 from tsmix.errors import TsmixError
 from tsmix.models.capabilities import parse_options, require
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         result = {"lm": asdict(lm), "train": asdict(tc), "params": params, "history": history,
                   "diagnostics": diagnostics, "sample": sample}
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_text_atomic(args.json, json.dumps(result, indent=2))
     return 0
 
 
