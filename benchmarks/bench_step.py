@@ -34,6 +34,8 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
+from tsmix.provenance import processor
+
 PATCH = dict(batch=896, tokens=42, dim=16, heads=4)  # 128 windows x 7 channels, L=336 P=16 S=8
 VARIATE = dict(batch=128, tokens=7, dim=128, heads=8)  # iTransformer on ETTh1: one token per variate
 
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         load = " ".join(fh.read().split()[:3])
     clock = "process CPU time" if args.threads == 1 else "wall time"
     log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, malloc {args.malloc}, "
-        f"load average {load}")
+        f"load average {load}; {processor()}")
     log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     chosen = [s for s in ("step", "mixers", "inference", "lookbacks") if getattr(args, s)]
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:

@@ -58,3 +58,25 @@ def checkout_commit(root: Path, short: bool = True) -> str:
     if out.returncode != 0 or not head:
         return UNKNOWN
     return head + DIRTY if status.returncode == 0 and status.stdout.strip() else head
+
+
+@lru_cache(maxsize=4)
+def processor(device: str = "cpu") -> str:
+    """The hardware a timing ran on, for reports: the CUDA device's name, or the CPU's model name
+    (``/proc/cpuinfo``, else ``platform.processor()``) and logical core count. Timings from two
+    machines of one kind can differ by 1.4x; this names which one a number came from."""
+    import os
+    import platform
+
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            name = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or UNKNOWN
+    return f"{name}, {os.cpu_count()} logical cores"

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from tsmix.errors import TsmixError
-from tsmix.provenance import git_commit
+from tsmix.provenance import git_commit, processor
 
 from .speed_cells import (
     DEFAULT_LENGTHS,
@@ -142,7 +142,7 @@ def run_speed(cfg: SpeedConfig | None = None, log: Callable[[str], None] = print
     return {"cells": cells, "exponents": exponents(cells, mixers, cfg.widths), "mixers": mixers,
             "config": asdict(cfg), "device": dev.type, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t_start, "load": _loadavg(),
-            "commit": git_commit(), "malloc": _malloc()}
+            "commit": git_commit(), "malloc": _malloc(), "processor": processor(str(dev))}
 
 
 def _energy_steps(name: str) -> int | None:
@@ -203,7 +203,7 @@ def run_shapes(cfg: ShapesConfig | None = None, log: Callable[[str], None] = pri
     return {"kind": "shapes", "cells": cells, "mixers": mixers, "config": asdict(cfg), "device": dev.type,
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "seconds": time.perf_counter() - t_start, "load_start": load_start, "load": _loadavg(),
-            "commit": git_commit(), "malloc": _malloc()}
+            "commit": git_commit(), "malloc": _malloc(), "processor": processor(str(dev))}
 
 
 def _shape_line(c: ShapeCell) -> str:

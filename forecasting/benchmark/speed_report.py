@@ -27,6 +27,11 @@ from .speed_cells import (
 )
 
 
+def _processor_text(result: dict[str, Any]) -> str:
+    """`` (AMD EPYC, 2 logical cores)`` where the run recorded its hardware (older JSON did not)."""
+    return f" ({result['processor']})" if result.get("processor") else ""
+
+
 def _malloc_text(result: dict[str, Any]) -> str:
     """``, freed memory kept`` (or the other setting) where the run recorded it, else nothing."""
     return f", {result['malloc']}" if result.get("malloc") else ""
@@ -94,7 +99,7 @@ def render_speed_markdown(result: dict[str, Any]) -> str:
         f"(fast cells repeat until {cfg.get('min_seconds', 0.2):g} s) after {cfg['warmup']} warm-up, "
         "timed as "
         f"{'wall time' if result['device'] == 'cuda' else _CPU_CLOCK}; "
-        f"device {result['device']}, torch {result['torch']}, "
+        f"device {result['device']}{_processor_text(result)}, torch {result['torch']}, "
         f"{result['threads']} thread(s), commit {result.get('commit') or git_commit()}"
         f"{_malloc_text(result)}; load average at the end {result['load']}; "
         f"{result['seconds']:.0f} s in all.",
@@ -235,8 +240,9 @@ def render_shapes_markdown(result: dict[str, Any]) -> str:
         f"Forward+backward of one mixer layer, {'causal' if cfg['causal'] else 'bidirectional'}; in each "
         f"cell the mixers alternate over {cfg['rounds']} rounds (median reported; passes shorter than "
         f"{cfg['min_pass_s'] * 1e3:g} ms repeat within a round) so machine-load drift hits all alike, and "
-        f"each ratio is to softmax in the same cell. Timed as {clock}; device {result['device']}, torch "
-        f"{result['torch']}, {result['threads']} thread(s), commit {result.get('commit') or '?'}"
+        f"each ratio is to softmax in the same cell. Timed as {clock}; device {result['device']}"
+        f"{_processor_text(result)}, torch {result['torch']}, {result['threads']} thread(s), "
+        f"commit {result.get('commit') or '?'}"
         f"{_malloc_text(result)}; load average at the start {result.get('load_start', '?')}, "
         f"at the end {result['load']}; "
         f"{result['seconds']:.0f} s in all.",

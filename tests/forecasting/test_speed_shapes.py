@@ -135,3 +135,17 @@ def test_cli_shapes_writes_speed_shapes_only_and_renders_back(tmp_path, capsys):
     assert cli_main(["benchmark-speed", "--render", str(out / "speed_shapes.json"), "--out", str(again)]) == 0
     assert (again / "speed_shapes.md").read_text() == md
     assert "wrote" in capsys.readouterr().out
+
+
+def test_the_report_names_the_processor(tiny, tmp_path):
+    import os
+
+    from tsmix.provenance import processor
+
+    name = processor("cpu")
+    assert name.endswith(f", {os.cpu_count()} logical cores") and len(name) > len(", 1 logical cores")
+    assert tiny["processor"] == name
+    md = write_shapes(tiny, tmp_path)["markdown"].read_text()
+    assert f"device cpu ({name})" in md
+    older = {k: v for k, v in tiny.items() if k != "processor"}  # JSON written before the field existed
+    assert "device cpu, torch" in write_shapes(older, tmp_path / "old")["markdown"].read_text()
