@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tsmix.atomic import atomic_path
+from tsmix.atomic import save_figure_atomic
 from tsmix.errors import TsmixError
 from tsmix.forecasting.probabilistic.output import interval_columns
 
@@ -52,8 +52,5 @@ def plot_backtest(bt: Any, path: str | Path, series: list[str] | None = None, ma
         ax.tick_params(labelsize=7)
     axes[0].legend(loc="upper left", fontsize=7)
     fig.tight_layout()
-    path = Path(path).expanduser()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
-    return path
+    return save_figure_atomic(fig, Path(path).expanduser())
 

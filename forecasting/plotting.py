@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tsmix.atomic import atomic_path
+from tsmix.atomic import save_figure_atomic
 from tsmix.errors import TsmixError
 
 PLOT_LEVELS = (80.0, 95.0)  # bands drawn for a model with intervals but no levels of its own
@@ -57,10 +57,7 @@ def plot_window(
     ax.set_ylabel(ylabel)
     ax.set_xlabel(f"steps from the forecast origin {pd.Timestamp(future_ts[0])}", fontsize=8)
     ax.legend(loc="upper left", fontsize=7)
-    path = Path(path)
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def run_label(cfg: Any) -> str:

@@ -15,8 +15,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_path", "fsync_path", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "fsync_path", "save_figure_atomic", "write_bytes_atomic", "write_text_atomic"]
 
 
 def _umask() -> int:
@@ -77,4 +78,12 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; returns ``path`` as a Path."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+    return Path(path)
+
+
+def save_figure_atomic(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
+    """``fig.savefig`` (a matplotlib figure) to ``path`` as PNG, atomically; ``savefig`` options
+    (``dpi``, ...) pass through. Returns ``path`` as a Path."""
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", **savefig)
     return Path(path)

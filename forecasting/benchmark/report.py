@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tsmix.atomic import atomic_path, write_text_atomic
+from tsmix.atomic import atomic_path, save_figure_atomic, write_text_atomic
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -72,11 +72,6 @@ def _sort_key(g: dict[str, Any]) -> tuple:
     mo = ALL_MODELS.index(g["model"]) if g["model"] in ALL_MODELS else 99
     mixer = "" if g["mixer"] in ("softmax", NO_MIXER) else str(g["mixer"])  # reference first
     return (str(g["suite"]), ds, str(g["dataset"]), mo, mixer, int(g["lookback"]), int(g["horizon"]))
-
-
-def _save(fig: Any, path: Path) -> None:
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
 
 
 def write_summary_csv(groups: list[dict[str, Any]], path: str | Path) -> Path:
@@ -317,7 +312,7 @@ def plot_report(groups: list[dict[str, Any]], out_dir: str | Path, suite: str) -
             ax.legend(fontsize=7)
     fig.tight_layout()
     p = out / "mse_by_mixer.png"
-    _save(fig, p)
+    save_figure_atomic(fig, p, dpi=110)
     plt.close(fig)
     paths.append(p)
 
@@ -340,7 +335,7 @@ def plot_report(groups: list[dict[str, Any]], out_dir: str | Path, suite: str) -
             ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         p = out / fname
-        _save(fig, p)
+        save_figure_atomic(fig, p, dpi=110)
         plt.close(fig)
         paths.append(p)
     return paths

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tsmix.atomic import atomic_path, write_text_atomic
+from tsmix.atomic import save_figure_atomic, write_text_atomic
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -190,8 +190,7 @@ def plot_speed(result: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"tsmix mixers on {result['device']} ({result['threads']} thread(s), "
                  f"torch {result['torch']})")
     fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+    save_figure_atomic(fig, path, dpi=110)
     plt.close(fig)
     return Path(path)
 
