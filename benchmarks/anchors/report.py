@@ -12,6 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from tsmix.atomic import atomic_path, write_text_atomic
+
 HERE = Path(__file__).resolve().parent
 HORIZONS = ("96", "192", "336", "720")
 # Best fair-ish published 4-horizon averages the issue names (ETTh1: PDF, the rest: xPatch), and
@@ -162,12 +164,10 @@ def export_studies(storage: str, path: Path) -> None:
     kept = [r for r in load(path) if r["study"] not in fresh] if path.is_file() else []
     rows = kept + rows
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
     text = head + table(rows) + ("\n" + lookback if lookback else "")
-    tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
+    write_text_atomic(args.out, text)
     print(text)
     return 0
 
