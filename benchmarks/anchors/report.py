@@ -217,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
             "    --members dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok\n"
+            "# Weather: an RLinear study (8 trials; L=336, individual=false), then the cheap members\n"
+            "tsmix tune --dataset Weather --model rlinear --lookback 336 --horizon 336 --epochs 10 \\\n"
+            "    --trials 8 --storage sqlite:///optuna.db --study rlinear-Weather-336 --seed 2021 \\\n"
+            "    --no-refit --set individual=false\n"
+            "python benchmarks/anchors/run.py --datasets Weather --seeds 2021 \\\n"
+            "    --members rlinear,dlinear --refit --rlinear-study sqlite:///optuna.db\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
