@@ -77,10 +77,16 @@ def per_horizon_selection(scored: list[tuple]) -> str:
             f"4-horizon average {test:.4f} ({each}).")
 
 
-def table(rows: list[dict]) -> str:
-    by = defaultdict(dict)  # (dataset, seed, mixer, candidate) -> horizon -> row
+def by_candidate(rows: list[dict]) -> dict:
+    """``(dataset, seed, mixer, candidate) -> horizon -> row``."""
+    by = defaultdict(dict)
     for r in rows:
         by[(r["dataset"], r["seed"], r["mixer"], r["candidate"])][r["horizon"]] = r
+    return by
+
+
+def table(rows: list[dict]) -> str:
+    by = by_candidate(rows)
     out = []
     for dataset in sorted({k[0] for k in by}):
         target, source = TARGETS.get(dataset, ("", ""))

@@ -60,9 +60,7 @@ def test_per_horizon_selection_takes_each_horizons_best_validation():
     rows = []
     for h, (val_a, val_b) in zip(HORIZONS, ((1.0, 2.0), (2.0, 1.0), (1.0, 2.0), (2.0, 1.0))):
         rows += [_row("a", h, val_a, 0.1), _row("b", h, val_b, 0.3)]
-    by = {}
-    for r in rows:
-        by.setdefault((r["dataset"], r["seed"], r["mixer"], r["candidate"]), {})[r["horizon"]] = r
+    by = report.by_candidate(rows)
     line = report.per_horizon_selection(report._scored(by, list(by)))
     assert "test 4-horizon average 0.2000" in line  # (0.1 + 0.3 + 0.1 + 0.3) / 4
     assert "H=96 `a` 0.1000, H=192 `b` 0.3000" in line
@@ -81,7 +79,7 @@ def test_export_studies_merges_with_the_rows_of_other_storages(tmp_path):
     study.optimize(lambda t: t.suggest_float("lr", 1e-4, 1e-2) * 100, n_trials=2)
     optuna.create_study(study_name="other", storage=storage)  # not an rlinear study: not exported
     report.export_studies(storage, out)
-    rows = list(csv.DictReader(out.open()))
+    rows = list(csv.DictReader(out.read_text().splitlines()))
     assert [(r["study"], r["trial"], r["best"]) for r in rows] == [
         ("rlinear-ETTh1-336", "0", "True"),  # kept: not in this storage
         ("rlinear-Weather-336", "0", "False"),  # replaced by the storage's trials
