@@ -6,7 +6,8 @@ ratio always comes from one run. Sections (any combination; default: all but --o
 
   --step        PatchTST paper preset, ETTh1 L=336 H=96 batch 128, Adam: tsmix softmax encoder,
                 the same model with SDPA forced for attention (the kernel it replaced at head
-                dim 4), and the official PatchTST model with ``--official PATH`` (a checkout of
+                dim 4), with the token-major small-head softmax (the form before the channel-major
+                one), and the official PatchTST model with ``--official PATH`` (a checkout of
                 github.com/yuqinie98/PatchTST; its code is imported from there, never copied).
   --mixers      forward+backward of every mixer at the patch shape (896 x 42 tokens, D=16, 4 heads)
                 and the variate shape (B x 7 tokens, D=128, 8 heads), batch as an axis; ratios to
@@ -72,6 +73,20 @@ def sdpa_everywhere() -> Iterator[None]:
         yield
     finally:
         attention.SMALL_HEAD_DIM = old
+
+
+@contextlib.contextmanager
+def token_major_softmax() -> Iterator[None]:
+    """Route the softmax mixer through its token-major small-head path (``attend``) instead of
+    the channel-major ``_forward_t`` (the kernel before session 13)."""
+    from tsmix.mixers import softmax
+
+    old = softmax.small_attention
+    softmax.small_attention = lambda *a, **k: False
+    try:
+        yield
+    finally:
+        softmax.small_attention = old
 
 
 # ----------------------------------------------------------------------------- models
@@ -147,6 +162,15 @@ def section_step(args, log) -> None:
             step_forced()
 
     fns["tsmix softmax, SDPA forced"] = forced_sdpa
+    torch.manual_seed(0)
+    tm = build_model(cfg, data.x_channels)
+    step_tm = _trainer(tm, batches)
+
+    def token_major() -> None:
+        with token_major_softmax():
+            step_tm()
+
+    fns["tsmix softmax, token-major"] = token_major
     if args.official:
         torch.manual_seed(0)
         fns["official PatchTST"] = _trainer(_official_model(args.official, cfg, data.x_channels), batches)
@@ -159,6 +183,7 @@ def section_step(args, log) -> None:
         rel = f"  official/this {base / v:5.2f}x" if base else ""
         log(f"  {k:28s} {v * 1e3:8.1f} ms/step  epoch {v * steps:6.1f} s{rel}")
     log(f"  attention change alone: {t['tsmix softmax, SDPA forced'] / t['tsmix softmax']:.2f}x")
+    log(f"  channel-major softmax alone: {t['tsmix softmax, token-major'] / t['tsmix softmax']:.2f}x")
 
 
 def section_mixers(args, log) -> None:

@@ -35,3 +35,75 @@ def test_attend_small_path_is_taken_for_small_heads_only(monkeypatch):
     A.attend(y, y, y, False)
     A.attend(x, x, x, False, dropout_p=0.1)  # dropout stays with SDPA
     assert len(calls) == 2
+
+
+def test_attention_weights_t_is_the_transposed_softmax_float64():
+    """``attention_weights_t`` on channel-major blocks equals the plain weights, transposed."""
+    gen = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(6, 4, 11, dtype=torch.float64, generator=gen) for _ in range(2))  # (M, d, N)
+    for causal in (False, True):
+        pt = A.attention_weights_t(q, k, causal)
+        p = torch.softmax(A.attention_logits(q.transpose(1, 2), k.transpose(1, 2), causal), dim=-1)
+        torch.testing.assert_close(pt, p.transpose(1, 2), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(pt.sum(1), torch.ones(6, 11, dtype=torch.float64))
+
+
+def _spy_forward_t(monkeypatch, mixer) -> list[int]:
+    calls: list[int] = []
+    fast = type(mixer)._forward_t
+    monkeypatch.setattr(type(mixer), "_forward_t", lambda self, x: calls.append(1) or fast(self, x))
+    return calls
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 7, 42])
+@pytest.mark.parametrize("bias", [True, False])
+def test_softmax_channel_major_path_taken_and_equals_reference(causal, n, bias, monkeypatch, same_map):
+    """At the encoders' kind of shape (CPU, heads of 4, short sequences) the softmax mixer takes
+    its channel-major path, and it equals the plain reference in float64: outputs and gradients."""
+    import tsmix
+
+    torch.manual_seed(2)
+    m = tsmix.build_mixer("softmax", 16, heads=4, causal=causal, bias=bias).double()
+    calls = _spy_forward_t(monkeypatch, m)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3, n, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    y, r = m(x), m.reference(x)
+    assert calls, "the channel-major path was not taken"
+    same_map(y, r, [x, *m.parameters()])
+
+
+def test_softmax_channel_major_path_matches_the_token_major_one_in_float32(monkeypatch):
+    """Same maths as the token-major small-head path: at the patch encoder's shape the two differ
+    only in float32 rounding, outputs and input gradients within 1e-5."""
+    import tsmix
+
+    torch.manual_seed(0)
+    m = tsmix.build_mixer("softmax", 16, heads=4, causal=False)
+    x = torch.randn(64, 42, 16, requires_grad=True)
+    y = m(x)
+    gy = torch.autograd.grad(y.square().sum(), x)[0]
+    monkeypatch.setattr(type(m), "_forward_t", None)  # a call now would fail: the token-major path must run
+    monkeypatch.setattr("tsmix.mixers.softmax.small_attention", lambda *a: False)
+    z = m(x)
+    gz = torch.autograd.grad(z.square().sum(), x)[0]
+    torch.testing.assert_close(y, z, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gy, gz, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_channel_major_path_only_where_the_small_form_applies(monkeypatch):
+    """Wide heads, long sequences and attention dropout in training go to the token-major path."""
+    import tsmix
+
+    m = tsmix.build_mixer("softmax", 16, heads=4, causal=False, dropout=0.1)
+    calls = _spy_forward_t(monkeypatch, m)
+    m.train()
+    m(torch.randn(2, 7, 16))  # dropout while training: SDPA
+    assert not calls
+    m.eval()
+    m(torch.randn(2, 7, 16))  # no dropout at eval: the small form
+    assert len(calls) == 1
+    m(torch.randn(1, A.SMALL_SEQUENCE + 1, 16))  # long sequence
+    wide = tsmix.build_mixer("softmax", 2 * (A.SMALL_HEAD_DIM + 1), heads=2, causal=False)
+    wide(torch.randn(2, 7, 2 * (A.SMALL_HEAD_DIM + 1)))  # wide heads
+    assert len(calls) == 1

@@ -32,7 +32,7 @@ from tsmix.mixers._fem_t import ChannelMajorRead
 from tsmix.mixers.linear import log_feature_map
 from tsmix.mixers.softmax import split_heads
 from tsmix.ops import fem_priors as P
-from tsmix.ops.attention import SMALL_HEAD_DIM, SMALL_SEQUENCE, causal_mask
+from tsmix.ops.attention import SMALL_SEQUENCE, attention_weights_t, small_attention
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
@@ -94,14 +94,7 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
         o = self.options
         dk, n = self.widths["q"] // self.heads, x.shape[1]
-        if (
-            x.device.type != "cpu"
-            or o.rope
-            or o.recompute
-            or (o.dropout > 0 and self.training)
-            or dk > SMALL_HEAD_DIM
-            or n > SMALL_SEQUENCE
-        ):
+        if o.rope or o.recompute or not small_attention(x.device, dk, n, o.dropout if self.training else 0.0):
             return super().forward(x)  # token-major fast path (SDPA where attend picks it)
         return self._forward_t(x)
 
@@ -136,10 +129,7 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
         cap, dk = self.options.qk_cap, self.widths["q"] // self.heads
         q = self._blocks(parts["q"].clamp(-cap, cap), dk, b, n)  # (H B, d_k, N)
         k = self._blocks(parts["k"].clamp(-cap, cap), dk, b, n)
-        st = torch.baddbmm(q.new_zeros(()).expand(1, 1, 1), k.transpose(1, 2), q, beta=0.0, alpha=dk**-0.5)
-        if self.causal:
-            st = st.masked_fill(~causal_mask(n, q.device).t(), float("-inf"))
-        return torch.softmax(st, dim=1)
+        return attention_weights_t(q, k, self.causal)
 
     def _t_columns(self, parts: dict[str, torch.Tensor], b: int, n: int):
         """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``

@@ -1,14 +1,16 @@
-"""Multi-head softmax attention through ``scaled_dot_product_attention`` (fused kernels)."""
+"""Multi-head softmax attention: ``scaled_dot_product_attention`` (fused kernels), or on CPU for
+small heads and short sequences one channel-major pass of plain ops (``_forward_t``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tsmix.errors import TsmixError
-from tsmix.ops.attention import attend, attention_reference
+from tsmix.ops.attention import attend, attention_reference, attention_weights_t, small_attention
 from tsmix.registry import Mixer, register_mixer
 
 
@@ -55,10 +57,32 @@ class SoftmaxAttention(Mixer):
         return split_heads(q, self.heads), split_heads(k, self.heads), split_heads(v, self.heads)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
-        q, k, v = self._qkv(x)  # (B, H, N, Dh)
         p = self.options.dropout if self.training else 0.0
+        if small_attention(x.device, self.dim // self.heads, x.shape[1], p):
+            return self._forward_t(x)
+        q, k, v = self._qkv(x)  # (B, H, N, Dh)
         y = attend(q, k, v, self.causal, p)
         return self.out(merge_heads(y))
+
+    def _forward_t(self, x: torch.Tensor) -> torch.Tensor:
+        """The small-head form channel-major: every head of every sequence is a ``(Dh, N)`` block.
+
+        Why: token-major, splitting and merging heads of 4 channels are strided copies and the
+        read's bmm has the 4-wide head axis innermost; here the projection writes ``(3D, B N)``
+        (``mm`` reads x transposed), q, k, v become ``(H B, Dh, N)`` blocks in one copy, the
+        weights are :func:`~tsmix.ops.attention.attention_weights_t`'s ``p^T`` and the read
+        ``v p^T``, so every bmm runs along the N-long token axis. Patch encoder's shape (896 x 42
+        tokens, D = 16, 4 heads), fwd+bwd, one thread: ~15% faster than the token-major form.
+        Same maths as :func:`~tsmix.ops.attention.attend`'s small-head path.
+        """
+        b, n, d = x.shape
+        h, dh = self.heads, d // self.heads
+        xt, w, bias = x.reshape(-1, d).t(), self.qkv.weight, self.qkv.bias  # xt (D, B N)
+        z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # (3D, B N)
+        q, k, v = z.view(3, h, dh, b, n).transpose(2, 3).reshape(3, h * b, dh, n).unbind(0)  # (H B, Dh, N)
+        r = torch.bmm(v, attention_weights_t(q, k, self.causal))  # (H B, Dh, N)
+        y = r.view(h, b, dh, n).transpose(1, 2).reshape(d, b * n)  # (D, B N)
+        return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain softmax(QK^T / sqrt(d)) V, no dropout: the oracle for the fast path."""
