@@ -229,3 +229,33 @@ def test_curved_boundary_model_learns_and_is_deterministic():
     assert Representation(model)(data["x_test"][:3]).shape == (3, 16)
     cx, cy, p = predict_grid(model, cfg, resolution=11, draws=2)
     assert p.shape == (11, 11) and ((p >= 0) & (p <= 1)).all()
+
+
+@pytest.mark.parametrize(
+    "name,opts",
+    [
+        ("gated", {"variant": "sigmoid"}),
+        ("gated", {"variant": "silu"}),
+        ("gated-g1", {"granularity": "elementwise"}),
+        ("gated-g1", {"granularity": "headwise"}),
+    ],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_channel_major_attention_taken_and_equals_reference(name, opts, causal, monkeypatch, same_map):
+    """At the encoders' kind of shape (CPU, heads of 4, short sequences) both gated families take the
+    channel-major attention of the softmax mixer, and equal their plain reference in float64."""
+    from tsmix.mixers import gated
+
+    calls = []
+    real = gated.attention_t
+    monkeypatch.setattr(gated, "attention_t", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(6)
+    m = tsmix.build_mixer(name, 16, heads=4, causal=causal, **opts).double()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 9, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    y, r = m(x), m.reference(x)
+    assert calls, "the channel-major attention was not taken"
+    same_map(y, r, [x, *m.parameters()])
+    m.train()
+    m(x)  # no attention dropout: still channel-major in training
+    assert len(calls) == 2

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 
 from tsmix.errors import TsmixError
-from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
+from tsmix.mixers.softmax import attention_t, check_heads, merge_heads, split_heads
 from tsmix.ops.attention import attend as fast_attend
-from tsmix.ops.attention import attention_reference
+from tsmix.ops.attention import attention_reference, small_attention
 from tsmix.registry import Mixer, register_mixer
 
 VARIANTS = ("none", "silu", "mult", "sigmoid", "nonsparse")
@@ -130,6 +130,11 @@ class _AttentionCore(Mixer):
         p = self.dropout if (self.training and not reference) else 0.0
         return attend(q, k, v, self.causal, p, reference)
 
+    def _small(self, x: torch.Tensor) -> bool:
+        """Whether the fast forward takes the channel-major small-head form (:func:`attention_t`)."""
+        p = self.dropout if self.training else 0.0
+        return small_attention(x.device, self.dim // self.heads, x.shape[1], p)
+
     def diagnostics(self) -> dict[str, float]:
         """Mean gate value and fraction of nearly closed gates (< 0.1) of the last forward."""
         return self.stats.as_dict()
@@ -173,7 +178,10 @@ class GatedAttention(_AttentionCore):
         return y * g
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
-        y = merge_heads(self._attention(x, reference=False))  # (B, N, D)
+        if self._small(x):
+            y = attention_t(x, self.qkv, self.heads, self.causal).view(x.shape)  # (B, N, D)
+        else:
+            y = merge_heads(self._attention(x, reference=False))  # (B, N, D)
         return self.out(self._gate(y, reference=False))
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
@@ -212,6 +220,11 @@ class GatedG1Attention(_AttentionCore):
         return split_heads(g, self.heads)  # (B, H, N, Dh)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        if self._small(x):  # channel-major attention, merged heads (B, N, H, Dh) gated in place
+            b, n, d = x.shape
+            y = attention_t(x, self.qkv, self.heads, self.causal).view(b, n, self.heads, d // self.heads)
+            g = self._gate(x, reference=False).transpose(1, 2)  # (B, N, H, 1 or Dh)
+            return self.out((y * g).view(b, n, d))
         y = self._attention(x, reference=False)  # (B, H, N, Dh)
         return self.out(merge_heads(y * self._gate(x, reference=False)))
 

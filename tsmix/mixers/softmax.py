@@ -32,6 +32,31 @@ def merge_heads(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2).reshape(b, n, h * dh)
 
 
+def attention_t(x: torch.Tensor, qkv: nn.Linear, heads: int, causal: bool) -> torch.Tensor:
+    """Multi-head softmax attention of ``x (B, N, D)`` with the fused projection ``qkv`` (D -> 3D,
+    q | k | v, heads split as :func:`split_heads`), channel-major: -> merged heads ``(B N, D)``
+    (the transpose of a contiguous ``(D, B N)``; a linear layer reads it as it is).
+
+    The small-head form (CPU, heads <= 16 wide, short sequences; see
+    :func:`tsmix.ops.attention.small_attention`) with every head of every sequence a ``(Dh, N)``
+    block. Why: token-major, splitting and merging heads of 4 channels are strided copies and the
+    read's bmm has the 4-wide head axis innermost; here the projection writes ``(3D, B N)`` (``mm``
+    reads x transposed), q, k, v become ``(H B, Dh, N)`` blocks in one copy, the weights are
+    :func:`~tsmix.ops.attention.attention_weights_t`'s ``p^T`` and the read ``v p^T``, so every bmm
+    runs along the N-long token axis. Patch encoder's shape (896 x 42 tokens, D = 16, 4 heads),
+    fwd+bwd, one thread: ~15% faster than the token-major form. Same maths as
+    :func:`~tsmix.ops.attention.attend`'s small-head path.
+    """
+    b, n, d = x.shape
+    dh = d // heads
+    xt, w, bias = x.reshape(-1, d).t(), qkv.weight, qkv.bias  # xt (D, B N)
+    z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # (3D, B N)
+    blocks = z.view(3, heads, dh, b, n).transpose(2, 3).reshape(3, heads * b, dh, n)  # one copy
+    q, k, v = blocks.unbind(0)  # (H B, Dh, N) each
+    r = torch.bmm(v, attention_weights_t(q, k, causal))  # (H B, Dh, N)
+    return r.view(heads, b, dh, n).transpose(1, 2).reshape(d, b * n).t()  # (B N, D)
+
+
 def check_heads(dim: int, heads: int, name: str) -> None:
     if dim % heads:
         raise TsmixError(f"mixer {name!r}: dim {dim} is not divisible by heads {heads}")
@@ -65,24 +90,10 @@ class SoftmaxAttention(Mixer):
         return self.out(merge_heads(y))
 
     def _forward_t(self, x: torch.Tensor) -> torch.Tensor:
-        """The small-head form channel-major: every head of every sequence is a ``(Dh, N)`` block.
-
-        Why: token-major, splitting and merging heads of 4 channels are strided copies and the
-        read's bmm has the 4-wide head axis innermost; here the projection writes ``(3D, B N)``
-        (``mm`` reads x transposed), q, k, v become ``(H B, Dh, N)`` blocks in one copy, the
-        weights are :func:`~tsmix.ops.attention.attention_weights_t`'s ``p^T`` and the read
-        ``v p^T``, so every bmm runs along the N-long token axis. Patch encoder's shape (896 x 42
-        tokens, D = 16, 4 heads), fwd+bwd, one thread: ~15% faster than the token-major form.
-        Same maths as :func:`~tsmix.ops.attention.attend`'s small-head path.
-        """
+        """The small-head form channel-major (:func:`attention_t`), then the out projection."""
         b, n, d = x.shape
-        h, dh = self.heads, d // self.heads
-        xt, w, bias = x.reshape(-1, d).t(), self.qkv.weight, self.qkv.bias  # xt (D, B N)
-        z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # (3D, B N)
-        q, k, v = z.view(3, h, dh, b, n).transpose(2, 3).reshape(3, h * b, dh, n).unbind(0)  # (H B, Dh, N)
-        r = torch.bmm(v, attention_weights_t(q, k, self.causal))  # (H B, Dh, N)
-        y = r.view(h, b, dh, n).transpose(1, 2).reshape(d, b * n)  # (D, B N)
-        return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)
+        y = attention_t(x, self.qkv, self.heads, self.causal)  # (B N, D)
+        return F.linear(y, self.out.weight, self.out.bias).view(b, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain softmax(QK^T / sqrt(d)) V, no dropout: the oracle for the fast path."""
