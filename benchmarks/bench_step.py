@@ -150,27 +150,23 @@ def section_step(args, log) -> None:
 
     cfg = _preset_cfg()
     data, batches = _batches(cfg, args.data_dir, 4)
-    torch.manual_seed(0)
-    ours = build_model(cfg, data.x_channels)
-    fns = {"tsmix softmax": _trainer(ours, batches)}
-    torch.manual_seed(0)
-    forced = build_model(cfg, data.x_channels)
-    step_forced = _trainer(forced, batches)
 
-    def forced_sdpa() -> None:
-        with sdpa_everywhere():
-            step_forced()
+    def variant(context: Callable[[], contextlib.AbstractContextManager]) -> Callable[[], None]:
+        """A training step of a fresh seed-0 model, run inside ``context()`` (the kernel choice)."""
+        torch.manual_seed(0)
+        step = _trainer(build_model(cfg, data.x_channels), batches)
 
-    fns["tsmix softmax, SDPA forced"] = forced_sdpa
-    torch.manual_seed(0)
-    tm = build_model(cfg, data.x_channels)
-    step_tm = _trainer(tm, batches)
+        def run() -> None:
+            with context():
+                step()
 
-    def token_major() -> None:
-        with token_major_softmax():
-            step_tm()
+        return run
 
-    fns["tsmix softmax, token-major"] = token_major
+    fns = {
+        "tsmix softmax": variant(contextlib.nullcontext),
+        "tsmix softmax, SDPA forced": variant(sdpa_everywhere),
+        "tsmix softmax, token-major": variant(token_major_softmax),
+    }
     if args.official:
         torch.manual_seed(0)
         fns["official PatchTST"] = _trainer(_official_model(args.official, cfg, data.x_channels), batches)
