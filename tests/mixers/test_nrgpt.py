@@ -390,3 +390,24 @@ def test_fused_forward_matches_closed_form_float64(monkeypatch, causal, options,
     y_fast, y_plain = m(x), m.closed_form(x)
     assert len(calls) == (0 if causal else 3)  # bidirectional: the packed reads, once per step
     same_map(y_fast, y_plain, [x, *(p for p in m.parameters() if p.requires_grad)], grad_tol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpt_rec_parallel_takes_the_channel_major_attention_and_equals_reference(causal, monkeypatch):
+    """At small heads on short CPU sequences gpt-rec-parallel's attention is the softmax mixer's
+    channel-major form (a spy counts one call per step); float64 against the plain reference."""
+    from tsmix.mixers import nrgpt
+
+    calls = []
+    real = nrgpt.attention_t
+    monkeypatch.setattr(nrgpt, "attention_t", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(4)
+    m = tsmix.build_mixer("gpt-rec-parallel", 16, heads=4, causal=causal, steps=2).to(F64)
+    x = torch.randn(3, 9, 16, dtype=F64, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    y, r = m(x), m.reference(x)
+    assert len(calls) == 2
+    torch.testing.assert_close(y, r, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(y)
+    for a, b in zip(torch.autograd.grad((y * w).sum(), [x, *m.parameters()]),
+                    torch.autograd.grad((r * w).sum(), [x, *m.parameters()])):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

@@ -45,8 +45,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tsmix.block import make_norm
-from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
-from tsmix.ops.attention import attend, attention_reference
+from tsmix.mixers.softmax import attention_t, check_heads, merge_heads, split_heads
+from tsmix.ops.attention import attend, attention_reference, small_attention
 from tsmix.ops.energy import (
     ACTIVATIONS,
     activation_and_slope,
@@ -388,6 +388,9 @@ class GPTRecParallel(Mixer):
         return self.down(F.gelu(h) if self.options.activation == "gelu" else F.relu(h))
 
     def _attend(self, x: torch.Tensor, plain: bool) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        if not plain and small_attention(x.device, self.dim // self.heads, x.shape[1]):
+            y = attention_t(self.ln1(x), self.qkv, self.heads, self.causal)  # (B N, D), channel-major
+            return F.linear(y, self.proj.weight, self.proj.bias).view(x.shape)
         q, k, v = (split_heads(t, self.heads) for t in self.qkv(self.ln1(x)).chunk(3, dim=-1))
         if not plain:
             y = attend(q, k, v, self.causal)
