@@ -25,3 +25,17 @@ def assert_same_map(y: torch.Tensor, r: torch.Tensor, inputs: Sequence[torch.Ten
 @pytest.fixture
 def same_map() -> Callable[..., None]:
     return assert_same_map
+
+
+@pytest.fixture
+def spy(monkeypatch) -> Callable[[object, str], list[int]]:
+    """``spy(owner, name)`` wraps ``owner.name`` (a module function or a class's method) for the
+    test: every call appends 1 to the returned list, then runs the real one."""
+
+    def wrap(owner: object, name: str) -> list[int]:
+        calls: list[int] = []
+        real = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+        return calls
+
+    return wrap

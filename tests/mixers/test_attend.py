@@ -24,10 +24,8 @@ def test_attend_matches_sdpa_and_reference_float64(causal, shape):
         torch.testing.assert_close(a, b)
 
 
-def test_attend_small_path_is_taken_for_small_heads_only(monkeypatch):
-    calls = []
-    real = F.scaled_dot_product_attention
-    monkeypatch.setattr(A.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+def test_attend_small_path_is_taken_for_small_heads_only(spy):
+    calls = spy(A.F, "scaled_dot_product_attention")
     x = torch.randn(2, 2, 8, 4)
     A.attend(x, x, x, False)
     assert not calls  # head dim 4, 8 tokens: the plain path
@@ -48,24 +46,17 @@ def test_attention_weights_t_is_the_transposed_softmax_float64():
         torch.testing.assert_close(pt.sum(1), torch.ones(6, 11, dtype=torch.float64))
 
 
-def _spy_forward_t(monkeypatch, mixer) -> list[int]:
-    calls: list[int] = []
-    fast = type(mixer)._forward_t
-    monkeypatch.setattr(type(mixer), "_forward_t", lambda self, x: calls.append(1) or fast(self, x))
-    return calls
-
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [1, 7, 42])
 @pytest.mark.parametrize("bias", [True, False])
-def test_softmax_channel_major_path_taken_and_equals_reference(causal, n, bias, monkeypatch, same_map):
+def test_softmax_channel_major_path_taken_and_equals_reference(causal, n, bias, spy, same_map):
     """At the encoders' kind of shape (CPU, heads of 4, short sequences) the softmax mixer takes
     its channel-major path, and it equals the plain reference in float64: outputs and gradients."""
     import tsmix
 
     torch.manual_seed(2)
     m = tsmix.build_mixer("softmax", 16, heads=4, causal=causal, bias=bias).double()
-    calls = _spy_forward_t(monkeypatch, m)
+    calls = spy(type(m), "_forward_t")
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(3, n, 16, dtype=torch.float64, generator=gen, requires_grad=True)
     y, r = m(x), m.reference(x)
@@ -91,12 +82,12 @@ def test_softmax_channel_major_path_matches_the_token_major_one_in_float32(monke
     torch.testing.assert_close(gy, gz, rtol=1e-5, atol=1e-5)
 
 
-def test_softmax_channel_major_path_only_where_the_small_form_applies(monkeypatch):
+def test_softmax_channel_major_path_only_where_the_small_form_applies(spy):
     """Wide heads, long sequences and attention dropout in training go to the token-major path."""
     import tsmix
 
     m = tsmix.build_mixer("softmax", 16, heads=4, causal=False, dropout=0.1)
-    calls = _spy_forward_t(monkeypatch, m)
+    calls = spy(type(m), "_forward_t")
     m.train()
     m(torch.randn(2, 7, 16))  # dropout while training: SDPA
     assert not calls

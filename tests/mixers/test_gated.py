@@ -241,14 +241,12 @@ def test_curved_boundary_model_learns_and_is_deterministic():
     ],
 )
 @pytest.mark.parametrize("causal", [False, True])
-def test_channel_major_attention_taken_and_equals_reference(name, opts, causal, monkeypatch, same_map):
+def test_channel_major_attention_taken_and_equals_reference(name, opts, causal, spy, same_map):
     """At the encoders' kind of shape (CPU, heads of 4, short sequences) both gated families take the
     channel-major attention of the softmax mixer, and equal their plain reference in float64."""
     from tsmix.mixers import gated
 
-    calls = []
-    real = gated.attention_t
-    monkeypatch.setattr(gated, "attention_t", lambda *a: calls.append(1) or real(*a))
+    calls = spy(gated, "attention_t")
     torch.manual_seed(6)
     m = tsmix.build_mixer(name, 16, heads=4, causal=causal, **opts).double()
     gen = torch.Generator().manual_seed(1)
