@@ -127,3 +127,45 @@ def test_mixers_take_the_dense_path_at_the_encoder_shapes(name, opts, monkeypatc
     params = [x, *m.parameters()]
     for a, b in zip(_grads(y, params, w), _grads(r, params, w)):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("decay", ["key", "head"])
+@pytest.mark.parametrize("dim,heads,n", [(16, 4, 42), (128, 8, 7)], ids=["patch", "variate"])
+def test_gla_channel_major_forward_matches_token_major(dim, heads, n, decay, spy):
+    """Bidirectional gla on CPU runs the whole mixer channel-major (``_forward_t``); float32 values
+    and gradients equal the token-major path's (same maths, other rounding), and float64 the
+    plain reference's."""
+    torch.manual_seed(1)
+    m = tsmix.build_mixer("gla", dim, heads=heads, causal=False, decay=decay)
+    cm = spy(type(m), "_forward_t")
+    x = torch.randn(4, n, dim, requires_grad=True)
+    y = m(x)
+    assert len(cm) == 1
+    q, k, v, la = m._inputs(x)
+    t = m._finish(gla_bidir(q, k, v, la, False, m.chunk), x)
+    torch.testing.assert_close(y, t, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(y)
+    params = [x, *m.parameters()]
+    for a, b in zip(_grads(y, params, w), _grads(t, params, w)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    m64, x64 = m.double(), x.detach().double().requires_grad_(True)
+    y64, r64 = m64(x64), m64.reference(x64)
+    torch.testing.assert_close(y64, r64, rtol=1e-10, atol=1e-10)
+    params = [x64, *m64.parameters()]
+    for a, b in zip(_grads(y64, params, w.double()), _grads(r64, params, w.double())):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_gla_channel_major_forward_falls_back_on_saturated_decays(monkeypatch):
+    """Gates at the floor (total decay 42 x 5 > DENSE_MAX_LOG_DECAY): ``_forward_t`` declines and
+    the exact scan gives the reference's values."""
+    calls = _spy(monkeypatch)
+    torch.manual_seed(2)
+    m = tsmix.build_mixer("gla", 16, heads=4, causal=False, gate_tau=0.1).double()
+    with torch.no_grad():
+        m.gate[1].bias.fill_(-50.0)  # logsigmoid(-50) / 0.1 = -500: floored at LOG_DECAY_MIN
+    x = torch.randn(2, 42, 16, dtype=f64, requires_grad=True)
+    assert m._forward_t(x) is None
+    y = m(x)
+    assert not calls
+    torch.testing.assert_close(y, m.reference(x), rtol=1e-10, atol=1e-10)

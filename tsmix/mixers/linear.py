@@ -21,7 +21,15 @@ from torch.autograd.function import once_differentiable
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
 from tsmix.ops.attention import causal_mask
-from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_bidir, gla_chunked, gla_reference, gla_step
+from tsmix.ops.gla_chunk import (
+    MAX_FACTORIZED_CHUNK,
+    floor_decay,
+    gla_bidir,
+    gla_chunked,
+    gla_reference,
+    gla_step,
+)
+from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_fits, gla_dense_bidir_t
 from tsmix.ops.streaming import run_steps
 from tsmix.registry import Mixer, register_mixer
 
@@ -219,6 +227,15 @@ class LinearAttention(Mixer):
         return run_steps(self.step, x)
 
 
+def _linear_t(layer: nn.Module, xt: torch.Tensor) -> torch.Tensor:
+    """A linear layer (or a ``Sequential`` of them) applied to channel-major ``xt (D_in, M)``."""
+    if isinstance(layer, nn.Sequential):
+        for sub in layer:
+            xt = _linear_t(sub, xt)
+        return xt
+    return layer.weight @ xt if layer.bias is None else torch.addmm(layer.bias[:, None], layer.weight, xt)
+
+
 @dataclass(frozen=True)
 class GLAOptions:
     bias: bool = True  # bias in the q/k/v/out-gate/out projections
@@ -280,8 +297,39 @@ class GatedLinearAttention(Mixer):
         return self.out(merge_heads(self.norm(o)) * F.silu(self.out_gate(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        if not self.causal and dense_bidir_shape_fits(x.device, x.shape[1], self.dim // self.heads):
+            y = self._forward_t(x)
+            if y is not None:
+                return y
         q, k, v, log_a = self._inputs(x)
         return self._finish(gla_bidir(q, k, v, log_a, self.causal, self.chunk), x)
+
+    def _forward_t(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Bidirectional, short sequences on CPU: the whole mixer channel-major, every head of every
+        sequence a ``(Dh, N)`` block (as :func:`tsmix.mixers.softmax.attention_t`) read by
+        :func:`~tsmix.ops.gla_small.gla_dense_bidir_t`. Why: token-major, the head split and merge
+        are strided copies and every elementwise pass (decay factors, per-head norm) runs over
+        4-wide strided heads. None when a total decay exceeds the dense form's bound (the caller
+        takes the exact scan)."""
+        b, n, d = x.shape
+        h, dh, o = self.heads, d // self.heads, self.options
+        xt = x.reshape(-1, d).t()  # (D, B N)
+        la = F.logsigmoid(_linear_t(self.gate, xt)).div_(o.gate_tau)  # (D or H, B N), <= 0
+        la = floor_decay(la).view(h, -1, b, n).transpose(1, 2).reshape(h * b, -1, n)  # (H B, G, N)
+        if not dense_decay_fits(la, -1):
+            return None
+        # q's 1/sqrt(Dh) rides in its projection rows (a (D, D) scale, not a pass over the tokens)
+        scale = torch.ones(3 * d, 1, dtype=x.dtype, device=x.device)
+        scale[:d] = dh**-0.5
+        w, bias = self.qkv.weight * scale, None if self.qkv.bias is None else self.qkv.bias * scale[:, 0]
+        z = w @ xt if bias is None else torch.addmm(bias[:, None], w, xt)  # (3D, B N)
+        q, k, v = z.view(3, h, dh, b, n).transpose(2, 3).reshape(3, h * b, dh, n).unbind(0)  # one copy
+        r = gla_dense_bidir_t(q, k, v, la)  # (H B, Dh, N)
+        # the per-head RMSNorm over Dh (nn.RMSNorm's formula, channels on dim 1 here)
+        r = r * torch.rsqrt(r.square().mean(1, keepdim=True) + o.norm_eps) * self.norm.weight[:, None]
+        r = r.view(h, b, dh, n).transpose(1, 2).reshape(d, b * n)  # merged heads, (D, B N)
+        y = r * F.silu(_linear_t(self.out_gate, xt))  # (D, B N)
+        return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """Plain quadratic form: the explicit decay-weighted (N, N) mixing matrix."""

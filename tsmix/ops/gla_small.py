@@ -44,23 +44,36 @@ DENSE_MAX_HEAD_DIM = 16
 BLOCK_ELEMS = 1 << 19
 
 
+def dense_bidir_shape_fits(device: torch.device, n: int, head_dim: int) -> bool:
+    """The shapes :func:`gla_dense_bidir` takes: CPU, ``1 < N <= DENSE_MAX_LEN``, heads at most
+    ``DENSE_MAX_HEAD_DIM`` wide (the decay bound is :func:`dense_decay_fits`)."""
+    return device.type == "cpu" and 1 < n <= DENSE_MAX_LEN and head_dim <= DENSE_MAX_HEAD_DIM
+
+
+def dense_decay_fits(la: torch.Tensor, token_dim: int = -2) -> bool:
+    """Whether every total decay ``|C_N|`` of the floored log-decays ``la`` (tokens along
+    ``token_dim``) is at most ``DENSE_MAX_LOG_DECAY`` (one host sync: a CPU-only dispatch)."""
+    # la <= 0, so the total decay is the (negated) sum; the most negative one decides (NaN: no)
+    return bool(la.detach().sum(token_dim).min() >= -DENSE_MAX_LOG_DECAY)
+
+
 def dense_bidir_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torch.Tensor) -> bool:
     """Whether :func:`gla_dense_bidir` takes ``q, k (..., N, d_k)``, ``v (..., N, d_v)`` and the
-    floored log-decays ``la (..., N, G)``: CPU, short sequences, small heads, equal leading dims,
-    and every total decay ``|C_N| <= DENSE_MAX_LOG_DECAY`` (one host sync: a CPU-only dispatch)."""
+    floored log-decays ``la (..., N, G)``: the shapes of :func:`dense_bidir_shape_fits`, equal
+    leading dims, and every total decay within :func:`dense_decay_fits`."""
     n, dk = q.shape[-2], q.shape[-1]
-    if q.device.type != "cpu" or not 1 < n <= DENSE_MAX_LEN or dk > DENSE_MAX_HEAD_DIM or q.dim() < 3:
+    if not dense_bidir_shape_fits(q.device, n, dk) or q.dim() < 3:
         return False
     if q.shape != k.shape or not v.shape[:-1] == q.shape[:-1] == la.shape[:-1] or la.shape[-1] not in (1, dk):
         return False
-    # la <= 0, so the total decay is the (negated) sum; the most negative one decides (NaN: no)
-    return bool(la.detach().sum(-2).min() >= -DENSE_MAX_LOG_DECAY)
+    return dense_decay_fits(la)
 
 
-def _scores(qf, kf, qb, kb, lower: torch.Tensor) -> torch.Tensor:
-    """The mixing matrix ``(m, N, N)``: forward half on and below the diagonal, backward above."""
-    sb = torch.bmm(qb, kb.transpose(1, 2))
-    return torch.where(lower, torch.bmm(qf, kf.transpose(1, 2)), sb, out=sb)
+def _scores_t(qf, kf, qb, kb, fwd: torch.Tensor) -> torch.Tensor:
+    """The mixing matrix transposed, ``(m, N_s, N_t)`` from channel-major ``(m, d_k, N)`` blocks:
+    key ``s`` reads forwards (``s <= t``, the upper triangle here) or backwards (``s > t``)."""
+    sb = torch.bmm(kb.transpose(1, 2), qb)
+    return torch.where(fwd, torch.bmm(kf.transpose(1, 2), qf), sb, out=sb)
 
 
 def _blocks(m: int, n: int):
@@ -70,76 +83,87 @@ def _blocks(m: int, n: int):
 
 
 class _DecayAttention(torch.autograd.Function):
-    """``o = [tril(qf kf^T) + triu(qb kb^T, 1)] v`` from ``q, k, v (M, N, d)`` and the floored
-    log-decays ``la (M, N, G)``, with a hand-written backward.
+    """``o = v [triu(kf^T qf) + tril(kb^T qb, -1)]`` from channel-major blocks ``q, k (M, d_k, N)``,
+    ``v (M, d_v, N)`` and the floored log-decays ``la (M, G, N)`` (tokens last), with a
+    hand-written backward; ``o (M, d_v, N)``. The bracket is the transposed mixing matrix.
 
-    Speed (single-threaded CPU, where these shapes are memory-bound): the batch runs in blocks
-    whose ``(N, N)`` scores stay in cache (half the time of whole-batch ops at the patch shape),
-    the backward recomputes the scores instead of storing them (so nothing ``(M, N, N)`` is ever
-    held), only 3-d ``bmm`` calls are used (a 4-d ``matmul`` with a transposed operand ran 5x
-    slower), and one ``where`` joins the halves (autograd through ``where`` and the broadcast
-    factors took 4x softmax's time).
+    Speed (single-threaded CPU, where these shapes are memory-bound): channel-major, every bmm
+    runs along the N-long token axis (at the patch shape, 3584 blocks of 42 tokens, d = 4, the
+    reads ``v A^T`` take a quarter of the token-major ``A v``'s time, and the elementwise passes
+    are over contiguous tensors, not head-split strided views); the batch runs in blocks whose
+    ``(N, N)`` scores stay in cache (half the time of whole-batch ops), the backward recomputes the
+    scores instead of storing them (so nothing ``(M, N, N)`` is ever held), only 3-d ``bmm`` calls
+    are used (a 4-d ``matmul`` with a transposed operand ran 5x slower), and one ``where`` joins
+    the halves (autograd through ``where`` and the broadcast factors took 4x softmax's time).
 
     With ``x = C - r`` and ``y = E - r``: ``qf = q e^x``, ``kf = k / e^x``, ``qb = q / e^y``,
     ``kb = k e^y`` (two exps; a reciprocal is as accurate as a third)."""
 
     @staticmethod
     def forward(ctx, q, k, v, la):
-        c = la.cumsum(1)  # (M, N, G): inclusive log-decay from the start, in [C_N, 0]
-        x = c.sub_(0.5 * c[:, -1:, :])  # C - r, r the middle of the range (the read does not depend on r)
+        c = la.cumsum(2)  # (M, G, N): inclusive log-decay from the start, in [C_N, 0]
+        x = c.sub_(0.5 * c[:, :, -1:])  # C - r, r the middle of the range (the read does not depend on r)
         y = x - la  # E - r, E = C - la the exclusive log-decay
-        ex, ey = x.exp_(), y.exp_()  # (M, N, G), within e^{+-|C_N| / 2} (in place: x, y not needed)
-        qf, kf, qb, kb = q * ex, k / ex, q / ey, k * ey  # (M, N, d_k)
-        m, n = q.shape[:2]
-        lower = causal_mask(n, q.device)  # (N, N): s <= t reads forwards, s > t backwards
-        o = v.new_empty(m, n, v.shape[-1])  # (M, N, d_v)
+        ex, ey = x.exp_(), y.exp_()  # (M, G, N), within e^{+-|C_N| / 2} (in place: x, y not needed)
+        qf, kf, qb, kb = q * ex, k / ex, q / ey, k * ey  # (M, d_k, N)
+        m, n = q.shape[0], q.shape[2]
+        fwd = causal_mask(n, q.device).t()  # (N_s, N_t): s <= t reads forwards, s > t backwards
+        o = v.new_empty(v.shape)  # (M, d_v, N)
         for b in _blocks(m, n):
-            torch.bmm(_scores(qf[b], kf[b], qb[b], kb[b], lower), v[b], out=o[b])
-        ctx.save_for_backward(v, qf, kf, qb, kb, ex, ey, lower)
+            torch.bmm(v[b], _scores_t(qf[b], kf[b], qb[b], kb[b], fwd), out=o[b])
+        ctx.save_for_backward(v, qf, kf, qb, kb, ex, ey, fwd)
         return o
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        v, qf, kf, qb, kb, ex, ey, lower = ctx.saved_tensors
-        g = g.contiguous()
+        v, qf, kf, qb, kb, ex, ey, fwd = ctx.saved_tensors
+        g = g.contiguous()  # (M, d_v, N)
         gv = torch.empty_like(v)
-        gqf, gkf, gqb, gkb = (torch.empty_like(t) for t in (qf, kf, qb, kb))  # (M, N, d_k)
-        for b in _blocks(*qf.shape[:2]):
-            a = _scores(qf[b], kf[b], qb[b], kb[b], lower)  # recomputed in cache, not stored
-            torch.bmm(a.transpose(1, 2), g[b], out=gv[b])
+        gqf, gkf, gqb, gkb = (torch.empty_like(t) for t in (qf, kf, qb, kb))  # (M, d_k, N)
+        for b in _blocks(qf.shape[0], qf.shape[2]):
+            at = _scores_t(qf[b], kf[b], qb[b], kb[b], fwd)  # recomputed in cache, not stored
+            torch.bmm(g[b], at.transpose(1, 2), out=gv[b])
             # each half's share of the scores' gradient: the product twice, then an in-place
             # triangle (cheaper than splitting one product with two where's)
-            vt = v[b].transpose(1, 2)
-            gf, gb = torch.bmm(g[b], vt).tril_(), torch.bmm(g[b], vt).triu_(1)  # (m, N, N)
-            torch.bmm(gf, kf[b], out=gqf[b])
-            torch.bmm(gf.transpose(1, 2), qf[b], out=gkf[b])
-            torch.bmm(gb, kb[b], out=gqb[b])
-            torch.bmm(gb.transpose(1, 2), qb[b], out=gkb[b])
+            vt = v[b].transpose(1, 2)  # (m, N, d_v)
+            gf, gb = torch.bmm(vt, g[b]).triu_(), torch.bmm(vt, g[b]).tril_(-1)  # (m, N_s, N_t)
+            torch.bmm(kf[b], gf, out=gqf[b])
+            torch.bmm(qf[b], gf.transpose(1, 2), out=gkf[b])
+            torch.bmm(kb[b], gb, out=gqb[b])
+            torch.bmm(qb[b], gb.transpose(1, 2), out=gkb[b])
         gq = torch.addcdiv(gqf * ex, gqb, ey)
         gk = torch.addcdiv(gkb * ey, gkf, ex)
         # exponents: +x in qf, -x in kf, -y in qb, +y in kb; x = C - r, y = C - la - r
-        gx = gqf.mul_(qf).addcmul_(gkf, kf, value=-1.0)  # (M, N, d_k)
+        gx = gqf.mul_(qf).addcmul_(gkf, kf, value=-1.0)  # (M, d_k, N)
         gy = gkb.mul_(kb).addcmul_(gqb, qb, value=-1.0)
-        if ex.shape[-1] == 1:  # one decay per head: its exponent is shared by the key dims
-            gx, gy = gx.sum(-1, keepdim=True), gy.sum(-1, keepdim=True)
+        if ex.shape[1] == 1:  # one decay per head: its exponent is shared by the key dims
+            gx, gy = gx.sum(1, keepdim=True), gy.sum(1, keepdim=True)
         # r cancels (sum over all of gx + gy is 0 in exact arithmetic): treated as a constant
         gc = gx.add_(gy)  # d/dC; C = cumsum(la), so d/dla = reversed cumsum of it, minus d/dy
-        gla = gc.flip(1).cumsum(1).flip(1).sub_(gy)
+        gla = gc.flip(2).cumsum(2).flip(2).sub_(gy)
         return gq, gk, gv, gla
+
+
+def gla_dense_bidir_t(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
+    """:func:`gla_dense_bidir` on channel-major blocks (one head of one sequence each, tokens
+    last): ``q, k (M, d_k, N)``, ``v (M, d_v, N)``, ``la (M, G, N)`` -> ``o (M, d_v, N)``."""
+    out_dtype = v.dtype
+    wd = _work_dtype(v.dtype)
+    # contiguous blocks: a strided (d, N) block sends bmm to its per-matrix loop (10x slower)
+    return _DecayAttention.apply(*(t.to(wd).contiguous() for t in (q, k, v, la))).to(out_dtype)
 
 
 def gla_dense_bidir(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torch.Tensor) -> torch.Tensor:
     """Bidirectional GLA read ``o (..., N, d_v)`` from ``q, k (..., N, d_k)``, ``v (..., N, d_v)``
     and floored log-decays ``la (..., N, G)`` (G in {1, d_k}, <= 0), same values as
     :func:`tsmix.ops.gla_chunk.gla_bidir` with ``causal=False``; call only where
-    :func:`dense_bidir_fits` holds."""
-    out_dtype = v.dtype
-    wd = _work_dtype(v.dtype)
+    :func:`dense_bidir_fits` holds. Runs channel-major (:func:`gla_dense_bidir_t`): one transposing
+    copy of each input (the head-split views are strided anyway) and of the output."""
     *lead, n, dk = q.shape
-    q, k, v, la = (t.to(wd).reshape(-1, n, t.shape[-1]) for t in (q, k, v, la))  # (M, N, .)
-    o = _DecayAttention.apply(q, k, v, la)
-    return o.view(*lead, n, v.shape[-1]).to(out_dtype)
+    q, k, v, la = (t.transpose(-1, -2).reshape(-1, t.shape[-1], n) for t in (q, k, v, la))  # (M, ., N)
+    o = gla_dense_bidir_t(q, k, v, la)  # (M, d_v, N)
+    return o.transpose(1, 2).reshape(*lead, n, v.shape[1])
 
 
 def gla_bidir_reference(
