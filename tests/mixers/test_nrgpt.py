@@ -313,20 +313,22 @@ def test_option_errors_name_the_fix():
 # ------------------------------------------------------- fast path == closed form == autograd
 
 
-def _reads_reference(qk: torch.Tensor, beta: torch.Tensor, batch: int, heads: int) -> torch.Tensor:
-    """[P k | Pᵀ q] from the plain closed form: attention_energy_grad with α = 1 is -(P k, Pᵀ q)."""
-    from tsmix.mixers.softmax import merge_heads, split_heads
-
-    n, d = qk.shape[0] // batch, qk.shape[1] // 2
-    q, k = (split_heads(t.reshape(batch, n, d), heads) for t in qk.split(d, dim=1))
-    dq, dk = attention_energy_grad(q, k, torch.ones(heads, dtype=qk.dtype), beta, False)
-    return -torch.cat([merge_heads(dq), merge_heads(dk)], dim=-1).reshape(batch * n, 2 * d)
+def _reads_reference(qk: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """[(P k)ᵀ ; (Pᵀ q)ᵀ] of channel-major blocks ``(2, M, Dh, N)`` from the plain closed form:
+    attention_energy_grad with α = 1 is -(P k, Pᵀ q) (the M blocks as M heads of one sequence)."""
+    q, k = (t.transpose(1, 2).unsqueeze(0) for t in qk)  # (1, M, N, Dh)
+    dq, dk = attention_energy_grad(q, k, torch.ones(q.shape[1], dtype=qk.dtype), beta, False)
+    return -torch.stack([dq[0], dk[0]]).transpose(2, 3)
 
 
+@pytest.mark.parametrize("blocks", ["one", "many"])
 @pytest.mark.parametrize("n", [1, 2, 9, 42])
 @pytest.mark.parametrize("branch", ["bounded", "max_shift"])
-def test_bidir_attention_reads_match_closed_form_float64(monkeypatch, branch, n):
+def test_bidir_attention_reads_match_closed_form_float64(monkeypatch, branch, n, blocks):
     from tsmix.ops import energy_fast
+
+    if blocks == "many":  # the batch (6 heads) runs in blocks of BLOCK_ELEMS scores: 4, then a ragged 2
+        monkeypatch.setattr(energy_fast, "BLOCK_ELEMS", 4 * n * n)
 
     # Both softmax branches: the row-bound shift (taken at ordinary scores) and the max-shifted
     # softmax (taken when the bound could underflow a row); force each and check it is taken.
@@ -339,11 +341,10 @@ def test_bidir_attention_reads_match_closed_form_float64(monkeypatch, branch, n)
 
     monkeypatch.setattr(energy_fast, "_bounded_shift_ok", spy)
     torch.manual_seed(n)
-    batch, heads = 3, 2
-    qk = torch.randn(batch * n, 2 * heads * 4, dtype=F64, requires_grad=True)
+    qk = torch.randn(2, 6, 4, n, dtype=F64, requires_grad=True)  # 6 blocks (heads x sequences), Dh 4
     beta = torch.tensor(0.7, dtype=F64, requires_grad=True)
-    out = energy_fast.bidir_attention_reads(qk, beta, batch, heads)
-    ref = _reads_reference(qk, beta, batch, heads)
+    out = energy_fast.bidir_attention_reads_t(qk, beta)
+    ref = _reads_reference(qk, beta)
     assert taken == [True]  # ordinary scores: the real check picks the bounded shift
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     w = torch.randn_like(out)
@@ -362,11 +363,11 @@ def test_bidir_attention_reads_large_scores_take_the_max_shift(monkeypatch):
     real = energy_fast._bounded_shift_ok
     monkeypatch.setattr(energy_fast, "_bounded_shift_ok", lambda b: taken.append(real(b)) or taken[-1])
     torch.manual_seed(0)
-    qk = (40.0 * torch.randn(2 * 9, 16, dtype=torch.float32)).requires_grad_(True)
+    qk = (40.0 * torch.randn(2, 4, 4, 9, dtype=torch.float32)).requires_grad_(True)
     beta = torch.tensor(1.0)
-    out = energy_fast.bidir_attention_reads(qk, beta, 2, 2)
+    out = energy_fast.bidir_attention_reads_t(qk, beta)
     assert taken == [False]
-    ref = _reads_reference(qk.double(), beta.double(), 2, 2)
+    ref = _reads_reference(qk.double(), beta.double())
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-3)
 
@@ -379,7 +380,7 @@ def test_fused_forward_matches_closed_form_float64(spy, causal, options, same_ma
     # the input and every parameter, at an off-init point.
     import tsmix.mixers.nrgpt as nrgpt_module
 
-    calls = spy(nrgpt_module, "bidir_attention_reads")
+    calls = spy(nrgpt_module, "bidir_attention_reads_t")
     m = scale_weights(make(causal, steps=3, **options), 2.0)
     with torch.no_grad():
         for p in m.parameters():

@@ -57,7 +57,7 @@ from tsmix.ops.energy import (
     ff2w_energy,
     ff2w_grad,
 )
-from tsmix.ops.energy_fast import bidir_attention_reads
+from tsmix.ops.energy_fast import bidir_attention_reads_t
 from tsmix.registry import Mixer, register_mixer
 
 ETAS = ("norm", "psd", "free")
@@ -257,9 +257,10 @@ class NRGPTMixer(Mixer):
           once, outside the loop: [W_Q; W_K] concatenated (one projection matmul per step), and
           -η folded into the back-projections, Wη := -(W ηᵀ), so a step's update is
           ``delta + [dq | dk] W_QKη + c W₁η`` (two addmm, no elementwise pass over the tokens).
-        - Tokens are flattened to (B·N, D); ``bidir_attention_reads`` takes and returns the
-          packed [q | k] projection, so heads are split / merged inside it, and its -α_h
-          (a per-channel scale) is folded into the back-projection too.
+        - Tokens are flattened to (B·N, D); bidirectional, the [q ; k] projection is written
+          channel-major and ``bidir_attention_reads_t`` reads every head of every sequence as a
+          ``(Dh, N)`` block (one copy in, one out); its -α_h (a per-channel scale) is folded
+          into the back-projection too.
         - bidirectional: that function's hand-written backward touches each (N, N) tensor
           once (autograd's generic one of the closed form makes several passes over them,
           which dominates at short N).
@@ -267,7 +268,7 @@ class NRGPTMixer(Mixer):
         """
         o, d, heads = self.options, self.dim, self.heads
         b, n, _ = x.shape
-        ff1 = o.ff == "ff1"
+        dh, ff1 = d // heads, o.ff == "ff1"
 
         eta_diag = o.step * self.norm.weight if o.eta == "norm" else None  # (D,): η = c·diag(γ)
         eta_t = self.eta_matrix().T if o.eta != "norm" else None  # (D, D), once for all steps
@@ -278,7 +279,7 @@ class NRGPTMixer(Mixer):
         w_qk = torch.cat([self.wq.weight, self.wk.weight])  # (2D, D), projection [q | k]
         if self.causal:
             w_back = fold(self.wq.weight)  # (D, D); the causal dq carries its -α
-        else:  # bidir_attention_reads returns [P k | Pᵀ q]: (dq, dk) = -α_h times those rows
+        else:  # the reads are [P k | Pᵀ q]: (dq, dk) = -α_h times those rows
             neg_a = (-self.alpha).repeat_interleave(d // heads)  # (D,), -α_h per channel of head h
             w_back = fold(w_qk * neg_a.repeat(2).unsqueeze(1))  # (2D, D)
         w_ff_back = fold(-2.0 * self.w1.weight) if ff1 else None  # (F, D): ∂E/∂g = -2 W₁ᵀ(σ σ')
@@ -287,13 +288,16 @@ class NRGPTMixer(Mixer):
         delta = torch.zeros_like(x2)  # (B·N, D)
         for _ in range(o.steps):
             g = self.norm(x2 + delta)  # (B·N, D)
-            hqk = F.linear(g, w_qk)  # (B·N, 2D) = [q | k]
             if self.causal:  # SDPA on the shifted sequences (attention_energy_grad), query term only
+                hqk = F.linear(g, w_qk)  # (B·N, 2D) = [q | k]
                 q, k = (split_heads(t.reshape(b, n, d), heads) for t in hqk.split(d, dim=1))  # (B, H, N, Dh)
                 dq, _ = attention_energy_grad(q, k, alpha, beta, True)
                 delta = torch.addmm(delta, merge_heads(dq).reshape(b * n, d), w_back)
-            else:
-                delta = torch.addmm(delta, bidir_attention_reads(hqk, beta, b, heads), w_back)
+            else:  # channel-major: [q ; k] as (2D, B·N), then (2, H·B, Dh, N) blocks, one copy each way
+                hqk = torch.mm(w_qk, g.t()).view(2, heads, dh, b, n)
+                reads = bidir_attention_reads_t(hqk.transpose(2, 3).reshape(2, heads * b, dh, n), beta)
+                reads = reads.view(2, heads, b, dh, n).transpose(2, 3).reshape(2 * d, b * n)  # [A ; C]
+                delta = torch.addmm(delta, reads.t(), w_back)
             if ff1:
                 hf = F.linear(g, self.w1.weight, self.w1.bias)  # (B·N, F)
                 if o.activation == "relu":

@@ -41,6 +41,16 @@ def attention_reference(
 # (N, N) scores, which at these lengths is smaller than the activations around it.
 SMALL_HEAD_DIM = 16
 SMALL_SEQUENCE = 128
+# Scores per block of the batch (elements) in the hand-written small-sequence kernels (the dense
+# GLA form, NRGPT's energy reads): ~2 MB in float32, so one block's (N, N) tensors stay in cache
+# (whole-batch (N, N) passes at the patch shape ran at half the speed).
+SCORE_BLOCK_ELEMS = 1 << 19
+
+
+def score_blocks(m: int, n: int, elems: int = SCORE_BLOCK_ELEMS) -> list[slice]:
+    """Slices of a batch of ``m`` sequences with ``(n, n)`` scores of about ``elems`` elements each."""
+    step = max(1, elems // (n * n))
+    return [slice(i, i + step) for i in range(0, m, step)]
 
 
 def small_attention(device: torch.device, head_dim: int, n: int, dropout_p: float = 0.0) -> bool:

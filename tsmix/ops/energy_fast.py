@@ -16,9 +16,13 @@ direction (α_h, a per-channel scale, is left to the caller's back-projection we
               dS = P ⊙ (dP - r)                      -r rides in the bmm as an extra column
               ∂q = P Gc + β dS k,  ∂k = Pᵀ Ga + β dSᵀ q,  ∂β = Σ q ⊙ (dS k)
 
-Queries and keys come in and A, C go out packed in the token layout of the fused
-projection, (B·N, 2·D) = [q | k] per token, so the head split and merge are one permuted
-copy each way. Not twice differentiable (``once_differentiable``); the reference is.
+Layout and blocking (one thread, the patch shape: 3584 heads of 42 tokens, head dim 4). Every
+head of every sequence is a channel-major ``(Dh, N)`` block, so the reads are ``k Pᵀ`` and
+``q P`` with the 42-long token axis innermost (a quarter of the time of ``P k`` with the 4-wide
+head axis there). The batch runs in blocks whose ``(N, N)`` tensors stay in cache, and the
+backward recomputes P per block (one bmm and one exp) instead of keeping ``(B·H, N, N)`` per
+energy step: whole-batch, the backward's ``(N, N)`` bmms ran at a fraction of their in-cache
+speed. Not twice differentiable (``once_differentiable``); the reference is.
 """
 
 from __future__ import annotations
@@ -28,11 +32,9 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from tsmix.ops.attention import SCORE_BLOCK_ELEMS, score_blocks
 
-def _to_heads(t: torch.Tensor, b: int, n: int, h: int) -> torch.Tensor:
-    """(B·N, 2·D) packed [q | k] -> (2, B·H, N, Dh) contiguous."""
-    dh = t.shape[-1] // (2 * h)
-    return t.reshape(b, n, 2, h, dh).permute(2, 0, 3, 1, 4).reshape(2, b * h, n, dh)
+BLOCK_ELEMS = SCORE_BLOCK_ELEMS  # scores per block of the batch (a module attribute: tests shrink it)
 
 
 def _bounded_shift_ok(bound: torch.Tensor) -> bool:
@@ -47,85 +49,80 @@ def _bounded_shift_ok(bound: torch.Tensor) -> bool:
     return bool(bound.max() <= 0.25 * math.log(torch.finfo(bound.dtype).max))
 
 
+def _weights(qm: torch.Tensor, k1: torch.Tensor, dh: int, shifted: bool) -> torch.Tensor:
+    """E (m, N_A, N_B) of one block: ``exp(S - m)`` from ``[βq ; -m]ᵀ [k ; 1]`` (one bmm), or, when
+    the bound is unsafe, the max-shifted softmax P itself (its row sums z are then 1)."""
+    if shifted:
+        return torch.bmm(qm.transpose(1, 2), k1).exp_()
+    # exp(log_softmax) is softmax; on CPU at rows of ~42 it is faster than torch.softmax
+    return torch.log_softmax(torch.bmm(qm[:, :dh].transpose(1, 2), k1[:, :dh]), dim=-1).exp_()
+
+
 class _BidirReads(torch.autograd.Function):
-    """P = E / z row-wise: E = exp(S - m) (m the row's bound) when that is safe, else E = P."""
+    """[A ; C] = [k Pᵀ ; q P] per channel-major block; P = E / z row-wise, never formed."""
 
     @staticmethod
-    def forward(ctx, qk: torch.Tensor, beta: torch.Tensor, batch: int, heads: int):
-        n = qk.shape[0] // batch
-        qk4 = _to_heads(qk, batch, n, heads)  # (2, B·H, N, Dh)
-        q, k = qk4[0], qk4[1]
-        dh = q.shape[-1]
+    def forward(ctx, qk: torch.Tensor, beta: torch.Tensor):
+        q, k = qk[0], qk[1]  # (M, Dh, N) each
+        m, dh, n = q.shape
         ctx.beta_dtype = beta.dtype
         beta = beta.to(qk.dtype)
-        qb = q * beta
-        # m_A = β |q_A| max_B |k_B| >= max_B S_AB, from the small tensors (no (N, N) row-max pass);
-        # the norms are taken in the packed layout, where the Dh-reduction is contiguous
-        norms = qk.square().view(batch, n, 2, heads, dh).sum(-1).sqrt_()  # (B, N, 2, H)
-        bound = beta * norms[:, :, 0] * norms[:, :, 1].amax(1, keepdim=True)  # (B, N, H)
-        bound = bound.transpose(1, 2).reshape(batch * heads, n, 1)  # (B·H, N, 1)
-        if qk.device.type == "cpu" and _bounded_shift_ok(bound):  # the check syncs: CPU only
-            # S - m = [βq | -m] [k | 1]ᵀ in one bmm; E = exp(S - m) in place, P = E / z never formed
-            k1 = torch.cat([k, torch.ones_like(bound)], -1)  # (B·H, N, Dh + 1)
-            e = torch.bmm(torch.cat([qb, -bound], -1), k1.transpose(1, 2)).exp_()  # (B·H, N, N)
-            ek = torch.bmm(e, k1)  # [E k | z]: the row sums z ride along as the last column
-            inv_z = ek[..., dh:].reciprocal()  # (B·H, N, 1)
-            a = ek[..., :dh] * inv_z  # A = P k, (B·H, N, Dh)
-            ct = torch.bmm((q * inv_z).transpose(1, 2), e)  # Cᵀ = (q / z)ᵀ E = qᵀ P, (B·H, Dh, N)
-        else:
-            # exp(log_softmax) is softmax; on CPU at rows of ~42 it is faster than torch.softmax
-            e = torch.log_softmax(torch.bmm(qb, k.transpose(1, 2)), dim=-1).exp_()  # P, (B·H, N, N)
-            inv_z = None
-            a = torch.bmm(e, k)
-            ct = torch.bmm(q.transpose(1, 2), e)  # qᵀ P: faster than Pᵀ q for small Dh
-        out = qk.new_empty(batch, n, 2, heads, dh)  # [A | C] in the packed token layout
-        out[:, :, 0] = a.view(batch, heads, n, dh).transpose(1, 2)
-        out[:, :, 1] = ct.view(batch, heads, dh, n).permute(0, 3, 1, 2)
-        ctx.save_for_backward(qk4, e, inv_z, a, beta)
-        ctx.shape = (batch, n, heads)
-        return out.view(qk.shape)
+        # m_A = β |q_A| max_B |k_B| >= max_B S_AB, from the small tensors (no (N, N) row-max pass)
+        norms = qk.square().sum(2).sqrt_()  # (2, M, N)
+        bound = (beta * norms[0] * norms[1].amax(1, keepdim=True)).unsqueeze(1)  # (M, 1, N)
+        shifted = qk.device.type == "cpu" and _bounded_shift_ok(bound)  # the check syncs: CPU only
+        qm = torch.cat([q * beta, -bound], 1)  # (M, Dh + 1, N): [βq ; -m]
+        k1 = torch.cat([k, torch.ones_like(bound)], 1)  # (M, Dh + 1, N): [k ; 1]
+        out = qk.new_empty(qk.shape)  # [A ; C]
+        a, c = out[0], out[1]
+        inv_z = bound.new_empty(bound.shape)  # (M, 1, N)
+        for b in score_blocks(m, n, BLOCK_ELEMS):
+            e = _weights(qm[b], k1[b], dh, shifted)  # (m, N, N)
+            ak = torch.bmm(k1[b], e.transpose(1, 2))  # [k Eᵀ ; z]: the row sums z ride along
+            torch.reciprocal(ak[:, dh:], out=inv_z[b])
+            torch.mul(ak[:, :dh], inv_z[b], out=a[b])  # A = k Pᵀ
+            torch.bmm(q[b] * inv_z[b], e, out=c[b])  # C = (q / z) E = q P
+        ctx.save_for_backward(qk, qm, k1, out, inv_z, beta)  # whole tensors: views of them may not be saved
+        ctx.shifted = shifted
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        qk4, e, inv_z, a, beta = ctx.saved_tensors
-        b, n, h = ctx.shape
-        q, k = qk4[0], qk4[1]
-        dh = q.shape[-1]
-        ga, gc = _to_heads(grad, b, n, h)  # grads w.r.t. A and C, (B·H, N, Dh) each
-        pgc = torch.bmm(e, gc)  # P Gc = (E Gc) / z, (B·H, N, Dh)
-        ga_z = ga
-        if inv_z is not None:
-            pgc.mul_(inv_z)
-            ga_z = ga * inv_z
-        gat_p = torch.bmm(ga_z.transpose(1, 2), e)  # (Pᵀ Ga)ᵀ = (Ga / z)ᵀ E, (B·H, Dh, N)
-        r = (ga * a).sum(-1, keepdim=True) + (q * pgc).sum(-1, keepdim=True)  # (B·H, N, 1)
-        # (dP - r) / z = [Ga | q | -r] / z · [k | Gc | 1]ᵀ: one bmm (-r rides as a column)
-        left = torch.cat([ga, q, -r], dim=-1)  # (B·H, N, 2·Dh + 1)
-        if inv_z is not None:
-            left.mul_(inv_z)
-        right = torch.cat([k, gc, torch.ones_like(r)], dim=-1)
-        ds = torch.bmm(left, right.transpose(1, 2)).mul_(e)  # P ⊙ (dP - r), (B·H, N, N)
-        dsk = torch.bmm(ds, k)  # dS k, (B·H, N, Dh)
-        grad_beta = (q * dsk).sum()
-        qt_ds = torch.bmm(q.transpose(1, 2), ds).mul_(beta)  # β (dSᵀ q)ᵀ, (B·H, Dh, N)
-        gqk = grad.new_empty(b, n, 2, h, dh)  # the packed token layout
-        # ∂q = P Gc + β dS k,  ∂k = Pᵀ Ga + β dSᵀ q
-        torch.add(pgc.view(b, h, n, dh), dsk.mul_(beta).view(b, h, n, dh), out=gqk[:, :, 0].transpose(1, 2))
-        torch.add(gat_p.view(b, h, dh, n), qt_ds.view(b, h, dh, n), out=gqk[:, :, 1].permute(0, 2, 3, 1))
-        return gqk.view(grad.shape), grad_beta.to(ctx.beta_dtype), None, None
+        qk, qm, k1, out, inv_z, beta = ctx.saved_tensors
+        q, k, a = qk[0], qk[1], out[0]  # (M, Dh, N) each
+        dh, n = a.shape[1], a.shape[2]
+        grad = grad.contiguous()
+        gqk = torch.empty_like(grad)
+        grad_beta = grad.new_zeros(())
+        for b in score_blocks(a.shape[0], n, BLOCK_ELEMS):
+            ga, gc = grad[0, b], grad[1, b]  # grads w.r.t. A and C, (m, Dh, N) each
+            iz, qb = inv_z[b], q[b]
+            e = _weights(qm[b], k1[b], dh, ctx.shifted)  # recomputed in cache, not stored
+            pgc = torch.bmm(gc, e.transpose(1, 2)).mul_(iz)  # (P Gc) as Gc Pᵀ, (m, Dh, N)
+            r = (ga * a[b]).sum(1, keepdim=True) + (qb * pgc).sum(1, keepdim=True)  # (m, 1, N)
+            # (dP - r) / z = ([Ga ; q ; -r] / z)ᵀ [k ; Gc ; 1]: one bmm (-r rides as a row)
+            left = torch.cat([ga, qb, -r], 1).mul_(iz)  # (m, 2 Dh + 1, N)
+            right = torch.cat([k[b], gc, torch.ones_like(r)], 1)
+            ds = torch.bmm(left.transpose(1, 2), right).mul_(e)  # P ⊙ (dP - r), (m, N, N)
+            dsk = torch.bmm(k[b], ds.transpose(1, 2))  # (dS k) as k dSᵀ, (m, Dh, N)
+            grad_beta += (qb * dsk).sum()
+            # ∂q = P Gc + β dS k,  ∂k = Pᵀ Ga + β dSᵀ q (as (Ga / z) E + β q dS)
+            torch.add(pgc, dsk.mul_(beta), out=gqk[0, b])  # β a tensor (no host sync): scaled in place
+            torch.bmm(ga * iz, e, out=gqk[1, b]).add_(torch.bmm(qb, ds).mul_(beta))
+        return gqk, grad_beta.to(ctx.beta_dtype)
 
 
-def bidir_attention_reads(qk: torch.Tensor, beta: torch.Tensor, batch: int, heads: int) -> torch.Tensor:
-    """[P k | Pᵀ q] per head, P = softmax(β q kᵀ), from packed queries and keys.
+def bidir_attention_reads_t(qk: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """[k Pᵀ ; q P] per head, P = softmax(β qᵀ k), from channel-major blocks.
 
-    ``qk`` (B·N, 2·D): per token its query then its key (heads contiguous inside each);
-    returns (B·N, 2·D) with P k where q was and Pᵀ q where k was. The bidirectional
-    attention-energy gradient is -α_h times these:
+    ``qk (2, M, Dh, N)``: the query and the key blocks, one head of one sequence each, tokens
+    last; returns ``(2, M, Dh, N)``: ``(P k)ᵀ`` where q was and ``(Pᵀ q)ᵀ`` where k was. The
+    bidirectional attention-energy gradient is -α_h times these:
     ``attention_energy_grad(q, k, alpha, beta, causal=False) == (-α P k, -α Pᵀ q)`` (the
     caller folds -α into the back-projection weights, once for all steps).
     """
-    return _BidirReads.apply(qk, beta, batch, heads)
+    return _BidirReads.apply(qk.contiguous(), beta)
 
 
-__all__ = ["bidir_attention_reads"]
+__all__ = ["bidir_attention_reads_t"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from tsmix.ops.attention import causal_mask
+from tsmix.ops.attention import SCORE_BLOCK_ELEMS, causal_mask, score_blocks
 from tsmix.ops.decay_scan import _work_dtype
 from tsmix.ops.gla_chunk import gla_reference
 
@@ -40,8 +40,7 @@ DENSE_MAX_LOG_DECAY = 40.0
 # lengths, and the matmuls' per-call cost is paid once instead of once per position.
 DENSE_MAX_LEN = 128
 DENSE_MAX_HEAD_DIM = 16
-# Scores per block of the batch (elements): ~2 MB in float32, so one block's (N, N) tensors stay in cache.
-BLOCK_ELEMS = 1 << 19
+BLOCK_ELEMS = SCORE_BLOCK_ELEMS  # scores per block of the batch (a module attribute: tests shrink it)
 
 
 def dense_bidir_shape_fits(device: torch.device, n: int, head_dim: int) -> bool:
@@ -76,10 +75,8 @@ def _scores_t(qf, kf, qb, kb, fwd: torch.Tensor) -> torch.Tensor:
     return torch.where(fwd, torch.bmm(kf.transpose(1, 2), qf), sb, out=sb)
 
 
-def _blocks(m: int, n: int):
-    """Slices of the batch with ``(n, n)`` scores of about ``BLOCK_ELEMS`` elements in all."""
-    step = max(1, BLOCK_ELEMS // (n * n))
-    return [slice(i, i + step) for i in range(0, m, step)]
+def _blocks(m: int, n: int) -> list[slice]:
+    return score_blocks(m, n, BLOCK_ELEMS)
 
 
 class _DecayAttention(torch.autograd.Function):
