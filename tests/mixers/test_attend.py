@@ -46,6 +46,26 @@ def test_attention_weights_t_is_the_transposed_softmax_float64():
         torch.testing.assert_close(pt.sum(1), torch.ones(6, 11, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("blocks", ["one", "many"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 2, 11])
+def test_attend_t_equals_the_plain_read_float64(n, causal, blocks, monkeypatch):
+    """``attend_t`` (blocked over the batch, hand-written backward) == ``v @ attention_weights_t``
+    by autograd: outputs and gradients of q, k, v; with value width != head width, and with the
+    batch of 7 blocks cut into blocks of 3 (a ragged last)."""
+    if blocks == "many":
+        monkeypatch.setattr(A, "SCORE_BLOCK_ELEMS", 3 * n * n)
+    gen = torch.Generator().manual_seed(n)
+    q, k = (torch.randn(7, 4, n, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(2))
+    v = torch.randn(7, 5, n, dtype=torch.float64, generator=gen, requires_grad=True)
+    y, r = A.attend_t(q, k, v, causal), torch.bmm(v, A.attention_weights_t(q, k, causal))
+    torch.testing.assert_close(y, r, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(y)
+    grads = [torch.autograd.grad((t * w).sum(), (q, k, v)) for t in (y, r)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [1, 7, 42])
 @pytest.mark.parametrize("bias", [True, False])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 
 def causal_mask(n: int, device: torch.device | str | None = None, *, strict: bool = False) -> torch.Tensor:
@@ -41,10 +42,12 @@ def attention_reference(
 # (N, N) scores, which at these lengths is smaller than the activations around it.
 SMALL_HEAD_DIM = 16
 SMALL_SEQUENCE = 128
-# Scores per block of the batch (elements) in the hand-written small-sequence kernels (the dense
-# GLA form, NRGPT's energy reads): ~2 MB in float32, so one block's (N, N) tensors stay in cache
-# (whole-batch (N, N) passes at the patch shape ran at half the speed).
-SCORE_BLOCK_ELEMS = 1 << 19
+# Scores per block of the batch (elements) in the hand-written small-sequence kernels (attend_t,
+# the dense GLA form, NRGPT's energy reads): ~1 MB in float32, half a core's L2 on the machine
+# measured, so one block's (N, N) tensors stay in cache (whole-batch (N, N) passes at the patch
+# shape ran at half the speed or less; 2^17..2^19 measured within noise of each other there, 2^18
+# 1.1x faster than 2^19 for the softmax read at 224 sequences).
+SCORE_BLOCK_ELEMS = 1 << 18
 
 
 def score_blocks(m: int, n: int, elems: int = SCORE_BLOCK_ELEMS) -> list[slice]:
@@ -94,3 +97,58 @@ def attention_weights_t(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch
     if causal:
         st = st.masked_fill(~causal_mask(n, q.device).t(), float("-inf"))
     return torch.softmax(st, dim=1)
+
+
+def _weights_t(q: torch.Tensor, k: torch.Tensor, scale: float, masked: torch.Tensor | None) -> torch.Tensor:
+    """``p^T (m, N_s, N_t)`` of one block (``masked``: True where key s is hidden from query t)."""
+    st = torch.baddbmm(q.new_zeros(()).expand(1, 1, 1), k.transpose(1, 2), q, beta=0.0, alpha=scale)
+    if masked is not None:
+        st = st.masked_fill(masked, float("-inf"))
+    return torch.softmax(st, dim=1)
+
+
+class _AttendT(torch.autograd.Function):
+    """``v p^T`` of channel-major blocks, in cache-sized blocks of the batch, hand-written backward.
+
+    With ``r = v p^T`` and its gradient ``g`` (both ``(m, d_v, N)``): ``g_v = g p``, and the
+    softmax backward ``dS^T = p^T ⊙ (v^T g - 1 (r ⊙ g)-colsum)`` (the row term of softmax's
+    backward, ``sum_s p_ts (v^T g)_st``, is ``(r ⊙ g)`` summed over the value channels: no
+    (N, N) reduction), then ``g_q = scale k dS^T``, ``g_k = scale q dS``. The backward recomputes
+    ``p^T`` per block (a bmm and a softmax) instead of keeping the whole ``(M, N, N)``: at the
+    patch encoder's shape (3584 blocks of 42 tokens, d = 4) the whole-batch softmax, its backward
+    and the score bmms ran out of cache at a fraction of their in-cache speed (attention fwd+bwd
+    ~1.5x faster blocked, one thread, measured beside other jobs). Once differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool):
+        m, d, n = q.shape
+        scale = d**-0.5
+        masked = ~causal_mask(n, q.device).t() if causal else None  # (N_s, N_t)
+        r = v.new_empty(v.shape)  # (M, d_v, N)
+        for b in score_blocks(m, n, SCORE_BLOCK_ELEMS):  # the module's value at call time (tests shrink it)
+            torch.bmm(v[b], _weights_t(q[b], k[b], scale, masked), out=r[b])
+        ctx.save_for_backward(q, k, v, r)
+        ctx.masked, ctx.scale = masked, scale
+        return r
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        q, k, v, r = ctx.saved_tensors
+        g = g.contiguous()
+        gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        rg = (r * g).sum(1, keepdim=True)  # (M, 1, N_t): softmax backward's row term
+        for b in score_blocks(q.shape[0], q.shape[2], SCORE_BLOCK_ELEMS):
+            pt = _weights_t(q[b], k[b], ctx.scale, ctx.masked)  # recomputed in cache, not stored
+            torch.bmm(g[b], pt.transpose(1, 2), out=gv[b])
+            ds = torch.bmm(v[b].transpose(1, 2), g[b]).sub_(rg[b]).mul_(pt).mul_(ctx.scale)  # (m, N_s, N_t)
+            torch.bmm(k[b], ds, out=gq[b])
+            torch.bmm(q[b], ds.transpose(1, 2), out=gk[b])
+        return gq, gk, gv, None
+
+
+def attend_t(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """``v @ attention_weights_t(q, k, causal)`` for channel-major blocks ``q, k (M, d, N)``,
+    ``v (M, d_v, N)`` -> ``(M, d_v, N)``, blocked over the batch with a hand-written backward
+    (:class:`_AttendT`); the small-head read of :func:`tsmix.mixers.softmax.attention_t`."""
+    return _AttendT.apply(q.contiguous(), k.contiguous(), v.contiguous(), causal)
