@@ -32,7 +32,7 @@ from tsmix.mixers._fem_t import ChannelMajorRead
 from tsmix.mixers.linear import log_feature_map
 from tsmix.mixers.softmax import split_heads
 from tsmix.ops import fem_priors as P
-from tsmix.ops.attention import SMALL_SEQUENCE, attention_weights_t, small_attention
+from tsmix.ops.attention import SMALL_SEQUENCE, attend_t, small_attention
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
@@ -113,23 +113,19 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
         """
         b, n, _ = x.shape
         parts = self._t_parts(x)
-        y = self._t_read(self._t_weights(parts, b, n), *self._t_columns(parts, b, n), b, n)
+        y = self._t_read(*self._t_qk(parts, b, n), *self._t_columns(parts, b, n), b, n)
         return self._t_out(y, x.shape)
 
     def _blocks(self, c: torch.Tensor, w: int, b: int, n: int) -> torch.Tensor:
         """``(H w, B N) -> (H B, w, N)``: one head's width-w block per sequence."""
         return c.view(self.heads, w, b, n).transpose(1, 2).reshape(self.heads * b, w, n)
 
-    def _t_weights(self, parts: dict[str, torch.Tensor], b: int, n: int) -> torch.Tensor:
-        """Attention weights transposed, ``p^T (H B, N_s, N_t)`` (each column one query's weights).
-
-        Transposed so that the read ``u^T p^T`` uses ``p^T`` itself: its gradient then reaches
-        softmax's backward contiguous (a transposed one costs a copy of every (N, N) block,
-        ~20 ms at the patch shape)."""
+    def _t_qk(self, parts: dict[str, torch.Tensor], b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clamped queries and keys as ``(H B, d_k, N)`` blocks (one head of one sequence each)."""
         cap, dk = self.options.qk_cap, self.widths["q"] // self.heads
         q = self._blocks(parts["q"].clamp(-cap, cap), dk, b, n)  # (H B, d_k, N)
         k = self._blocks(parts["k"].clamp(-cap, cap), dk, b, n)
-        return attention_weights_t(q, k, self.causal)
+        return q, k
 
     def _t_columns(self, parts: dict[str, torch.Tensor], b: int, n: int):
         """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``
@@ -142,10 +138,11 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
         vh, eh = v.view(h, dv, b, n).transpose(1, 2), ex.view(h, dv, b, n).transpose(1, 2)
         return torch.stack([vh, eh], dim=2).view(h * b, 2 * dv, n), lam, g, beta  # one write
 
-    def _t_read(self, pt, u, lam, g, beta, b: int, n: int) -> torch.Tensor:
-        """Read ``u`` with the weights, unpack ``mu`` and ``F``, combine: ``(E, B N)``."""
+    def _t_read(self, q, k, u, lam, g, beta, b: int, n: int) -> torch.Tensor:
+        """Read ``u`` with the attention weights of ``q, k`` (:func:`~tsmix.ops.attention.attend_t`:
+        ``u p^T`` in cache-sized blocks), unpack ``mu`` and ``F``, combine: ``(E, B N)``."""
         h, dv, e = self.heads, self.dv, self.e
-        r = torch.bmm(u, pt)  # (H B, P dv, N)
+        r = attend_t(q, k, u, self.causal)  # (H B, P dv, N)
         if beta is None:
             return self._t_post(r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None, lam, g, None)
         mu, z = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n).unbind(0)  # one copy
