@@ -7,8 +7,10 @@ ratio always comes from one run. Sections (any combination; default: all but --o
   --step        PatchTST paper preset, ETTh1 L=336 H=96 batch 128, Adam: tsmix softmax encoder,
                 the same model with SDPA forced for attention (the kernel it replaced at head
                 dim 4), with the token-major small-head softmax (the form before the channel-major
-                one), and the official PatchTST model with ``--official PATH`` (a checkout of
-                github.com/yuqinie98/PatchTST; its code is imported from there, never copied).
+                one), with the channel-major read unblocked (one autograd graph over the whole
+                batch, the form before the blocked one), and the official PatchTST model with
+                ``--official PATH`` (a checkout of github.com/yuqinie98/PatchTST; its code is
+                imported from there, never copied).
   --mixers      forward+backward of every mixer at the patch shape (896 x 42 tokens, D=16, 4 heads)
                 and the variate shape (B x 7 tokens, D=128, 8 heads), batch as an axis; ratios to
                 softmax in the same cell.
@@ -89,6 +91,21 @@ def token_major_softmax() -> Iterator[None]:
         softmax.small_attention = old
 
 
+@contextlib.contextmanager
+def whole_batch_read() -> Iterator[None]:
+    """The channel-major softmax read as one autograd graph over the whole batch,
+    ``v @ attention_weights_t(q, k)`` (the form before session 14's blocked ``attend_t``)."""
+    from tsmix.mixers import softmax
+    from tsmix.ops.attention import attention_weights_t
+
+    old = softmax.attend_t
+    softmax.attend_t = lambda q, k, v, causal: torch.bmm(v, attention_weights_t(q, k, causal))
+    try:
+        yield
+    finally:
+        softmax.attend_t = old
+
+
 # ----------------------------------------------------------------------------- models
 
 
@@ -166,6 +183,7 @@ def section_step(args, log) -> None:
         "tsmix softmax": variant(contextlib.nullcontext),
         "tsmix softmax, SDPA forced": variant(sdpa_everywhere),
         "tsmix softmax, token-major": variant(token_major_softmax),
+        "tsmix softmax, whole-batch read": variant(whole_batch_read),
     }
     if args.official:
         torch.manual_seed(0)
@@ -180,6 +198,7 @@ def section_step(args, log) -> None:
         log(f"  {k:28s} {v * 1e3:8.1f} ms/step  epoch {v * steps:6.1f} s{rel}")
     log(f"  attention change alone: {t['tsmix softmax, SDPA forced'] / t['tsmix softmax']:.2f}x")
     log(f"  channel-major softmax alone: {t['tsmix softmax, token-major'] / t['tsmix softmax']:.2f}x")
+    log(f"  blocked read alone: {t['tsmix softmax, whole-batch read'] / t['tsmix softmax']:.2f}x")
 
 
 def section_mixers(args, log) -> None:
