@@ -99,12 +99,14 @@ def attention_weights_t(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch
     return torch.softmax(st, dim=1)
 
 
-def _weights_t(q: torch.Tensor, k: torch.Tensor, scale: float, masked: torch.Tensor | None) -> torch.Tensor:
-    """``p^T (m, N_s, N_t)`` of one block (``masked``: True where key s is hidden from query t)."""
+def _weights_t(q: torch.Tensor, k: torch.Tensor, scale: float, masked: torch.Tensor | None,
+               out: torch.Tensor) -> torch.Tensor:
+    """``p^T (m, N_s, N_t)`` of one block written into ``out`` (``masked``: True where key s is
+    hidden from query t)."""
     st = torch.baddbmm(q.new_zeros(()).expand(1, 1, 1), k.transpose(1, 2), q, beta=0.0, alpha=scale)
     if masked is not None:
-        st = st.masked_fill(masked, float("-inf"))
-    return torch.softmax(st, dim=1)
+        st.masked_fill_(masked, float("-inf"))
+    return torch.softmax(st, dim=1, out=out)
 
 
 class _AttendT(torch.autograd.Function):
@@ -128,7 +130,7 @@ class _AttendT(torch.autograd.Function):
         r = v.new_empty(v.shape)  # (M, d_v, N)
         pt = q.new_empty(m, n, n)  # p^T of every block, kept for the backward (as autograd would)
         for b in score_blocks(m, n, SCORE_BLOCK_ELEMS):  # the module's value at call time (tests shrink it)
-            pt[b] = _weights_t(q[b], k[b], scale, masked)
+            _weights_t(q[b], k[b], scale, masked, out=pt[b])
             torch.bmm(v[b], pt[b], out=r[b])
         ctx.save_for_backward(q, k, v, r, pt)
         ctx.scale = scale

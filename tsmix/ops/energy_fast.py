@@ -49,13 +49,14 @@ def _bounded_shift_ok(bound: torch.Tensor) -> bool:
     return bool(bound.max() <= 0.25 * math.log(torch.finfo(bound.dtype).max))
 
 
-def _weights(qm: torch.Tensor, k1: torch.Tensor, dh: int, shifted: bool) -> torch.Tensor:
-    """E (m, N_A, N_B) of one block: ``exp(S - m)`` from ``[βq ; -m]ᵀ [k ; 1]`` (one bmm), or, when
-    the bound is unsafe, the max-shifted softmax P itself (its row sums z are then 1)."""
+def _weights(qm: torch.Tensor, k1: torch.Tensor, dh: int, shifted: bool, out: torch.Tensor) -> torch.Tensor:
+    """E (m, N_A, N_B) of one block, written into ``out``: ``exp(S - m)`` from ``[βq ; -m]ᵀ [k ; 1]``
+    (one bmm), or, when the bound is unsafe, the max-shifted softmax P itself (row sums z = 1)."""
     if shifted:
-        return torch.bmm(qm.transpose(1, 2), k1).exp_()
+        return torch.bmm(qm.transpose(1, 2), k1, out=out).exp_()
     # exp(log_softmax) is softmax; on CPU at rows of ~42 it is faster than torch.softmax
-    return torch.log_softmax(torch.bmm(qm[:, :dh].transpose(1, 2), k1[:, :dh]), dim=-1).exp_()
+    s = torch.bmm(qm[:, :dh].transpose(1, 2), k1[:, :dh])
+    return torch.log_softmax(s, dim=-1, out=out).exp_()
 
 
 class _BidirReads(torch.autograd.Function):
@@ -78,8 +79,7 @@ class _BidirReads(torch.autograd.Function):
         inv_z = bound.new_empty(bound.shape)  # (M, 1, N)
         es = qk.new_empty(m, n, n)  # E of every block, kept for the backward (as autograd would)
         for b in score_blocks(m, n, BLOCK_ELEMS):
-            e = es[b]
-            e.copy_(_weights(qm[b], k1[b], dh, shifted))  # (m, N, N)
+            e = _weights(qm[b], k1[b], dh, shifted, out=es[b])  # (m, N, N)
             ak = torch.bmm(k1[b], e.transpose(1, 2))  # [k Eᵀ ; z]: the row sums z ride along
             torch.reciprocal(ak[:, dh:], out=inv_z[b])
             torch.mul(ak[:, :dh], inv_z[b], out=a[b])  # A = k Pᵀ

@@ -68,10 +68,11 @@ def dense_bidir_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torc
     return dense_decay_fits(la)
 
 
-def _scores_t(qf, kf, qb, kb, fwd: torch.Tensor) -> torch.Tensor:
-    """The mixing matrix transposed, ``(m, N_s, N_t)`` from channel-major ``(m, d_k, N)`` blocks:
-    key ``s`` reads forwards (``s <= t``, the upper triangle here) or backwards (``s > t``)."""
-    sb = torch.bmm(kb.transpose(1, 2), qb)
+def _scores_t(qf, kf, qb, kb, fwd: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The mixing matrix transposed, ``(m, N_s, N_t)`` from channel-major ``(m, d_k, N)`` blocks,
+    written into ``out``: key ``s`` reads forwards (``s <= t``, the upper triangle here) or
+    backwards (``s > t``)."""
+    sb = torch.bmm(kb.transpose(1, 2), qb, out=out)
     return torch.where(fwd, torch.bmm(kf.transpose(1, 2), qf), sb, out=sb)
 
 
@@ -109,7 +110,7 @@ class _DecayAttention(torch.autograd.Function):
         o = v.new_empty(v.shape)  # (M, d_v, N)
         at = q.new_empty(m, n, n)  # the mixing matrix of every block, kept for the backward
         for b in _blocks(m, n):
-            at[b] = _scores_t(qf[b], kf[b], qb[b], kb[b], fwd)
+            _scores_t(qf[b], kf[b], qb[b], kb[b], fwd, out=at[b])
             torch.bmm(v[b], at[b], out=o[b])
         ctx.save_for_backward(v, qf, kf, qb, kb, ex, ey, at)
         return o
