@@ -406,6 +406,48 @@ def test_channel_major_path_taken_and_equals_reference(name, causal, n, opts, sp
     same_map(y, r, [x, *m.parameters()], allow_unused=True)
 
 
+@pytest.mark.parametrize("decay", ["head", "key"])
+@pytest.mark.parametrize("n", [7, 42])
+@pytest.mark.parametrize(
+    "opts", OPTION_SETS[:4], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "-"
+)
+def test_fem_gla_channel_major_path_taken_and_equals_reference(decay, n, opts, spy, same_map):
+    """Bidirectional fem-gla on short CPU sequences runs channel-major (``_forward_t``: features,
+    log-decays and columns as ``(H B, ., N)`` blocks, the dense decay attention with a row of ones
+    as the normalizer); float64 against the plain reference, outputs 1e-10 and gradients 1e-9."""
+    torch.manual_seed(3)
+    m = tsmix.build_mixer("fem-gla", 32, heads=4, causal=False, decay=decay, **opts).double().eval()
+    if m.cond is not None:
+        with torch.no_grad():
+            m.cond.proj.normal_(0.0, 0.5)
+    calls = spy(type(m), "_forward_t")
+    x = torch.randn(3, n, 32, generator=torch.Generator().manual_seed(5), dtype=f64, requires_grad=True)
+    y, r = m(x), m.reference(x)
+    assert len(calls) == 1
+    same_map(y, r, [x, *m.parameters()], allow_unused=True)
+
+
+def test_fem_gla_channel_major_matches_token_major_float32_and_falls_back():
+    """Patch shape, float32: the channel-major forward equals the token-major one within rounding
+    (outputs and input gradients); gates at the floor (total decay over the bound) make
+    ``_forward_t`` decline, and the forward still equals the reference (the exact scan)."""
+    from tsmix.mixers._fem_core import FreeEnergyMixer
+
+    torch.manual_seed(0)
+    m = tsmix.build_mixer("fem-gla", 16, heads=4, causal=False)
+    x = torch.randn(8, 42, 16, requires_grad=True)
+    y, t = m(x), FreeEnergyMixer.forward(m, x)
+    torch.testing.assert_close(y, t, rtol=1e-5, atol=1e-5)
+    gy, gt = (torch.autograd.grad(u.square().sum(), x)[0] for u in (y, t))
+    torch.testing.assert_close(gy, gt, rtol=1e-4, atol=1e-5)
+    m64 = tsmix.build_mixer("fem-gla", 16, heads=4, causal=False, gate_tau=0.1).double()
+    with torch.no_grad():
+        m64.gate.bias.fill_(-50.0)  # logsigmoid(-50) / 0.1 = -500 per step: floored, 42 x 5 > 40
+    x64 = x.detach().double()
+    assert m64._forward_t(x64) is None
+    torch.testing.assert_close(m64(x64), m64.reference(x64), rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_aft_read_t_equals_the_scan_read(causal):
     """fem-aft's short-sequence read (one bmm by the (E, N, N) decay kernel, channel-major) against

@@ -54,6 +54,30 @@ class ChannelMajorRead:
             self._last_lambda = lam.detach().mean()
         return free_energy_combine(mu, f, lam, g)
 
+    def _blocks(self, c: torch.Tensor, w: int, b: int, n: int) -> torch.Tensor:
+        """``(H w, B N) -> (H B, w, N)``: one head's width-w block per sequence."""
+        return c.view(self.heads, w, b, n).transpose(1, 2).reshape(self.heads * b, w, n)
+
+    def _t_columns(self, parts: dict[str, torch.Tensor], b: int, n: int):
+        """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``
+        per head), ``lam, g (E, B N)``, ``beta (E, 1)``; None for what the options switch off."""
+        h, dv = self.heads, self.dv
+        lam, g = self._t_gates(parts)
+        v, ex, beta = self._t_values(parts)
+        if beta is None:
+            return self._blocks(v, dv, b, n), lam, g, None
+        vh, eh = v.view(h, dv, b, n).transpose(1, 2), ex.view(h, dv, b, n).transpose(1, 2)
+        return torch.stack([vh, eh], dim=2).view(h * b, 2 * dv, n), lam, g, beta  # one write
+
+    def _t_unpack(self, r: torch.Tensor, lam, g, beta, b: int, n: int) -> torch.Tensor:
+        """The read of :meth:`_t_columns`' ``u``, ``r (H B, P dv, N)``: unpack ``mu`` and ``Z``,
+        combine: ``(E, B N)``."""
+        h, dv, e = self.heads, self.dv, self.e
+        if beta is None:
+            return self._t_post(r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None, lam, g, None)
+        mu, z = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n).unbind(0)  # one copy
+        return self._t_post(mu, z, lam, g, beta)
+
     def _t_out(self, y: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         """``y (E, B N)`` -> the out projection ``(B, N, D)`` (mm reads y transposed)."""
         return F.linear(y.t(), self.out.weight, self.out.bias).view(shape)

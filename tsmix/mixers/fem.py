@@ -30,10 +30,11 @@ from tsmix.mixers._fem_core import (
 )
 from tsmix.mixers._fem_t import ChannelMajorRead
 from tsmix.mixers.linear import log_feature_map
-from tsmix.mixers.softmax import split_heads
+from tsmix.mixers.softmax import linear_t, split_heads
 from tsmix.ops import fem_priors as P
 from tsmix.ops.attention import SMALL_SEQUENCE, attend_t, small_attention
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
+from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_fits, gla_dense_bidir_t
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
 
@@ -116,10 +117,6 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
         y = self._t_read(*self._t_qk(parts, b, n), *self._t_columns(parts, b, n), b, n)
         return self._t_out(y, x.shape)
 
-    def _blocks(self, c: torch.Tensor, w: int, b: int, n: int) -> torch.Tensor:
-        """``(H w, B N) -> (H B, w, N)``: one head's width-w block per sequence."""
-        return c.view(self.heads, w, b, n).transpose(1, 2).reshape(self.heads * b, w, n)
-
     def _t_qk(self, parts: dict[str, torch.Tensor], b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Clamped queries and keys as ``(H B, d_k, N)`` blocks (one head of one sequence each)."""
         cap, dk = self.options.qk_cap, self.widths["q"] // self.heads
@@ -127,26 +124,10 @@ class FEMSoftmax(ChannelMajorRead, FreeEnergyMixer):
         k = self._blocks(parts["k"].clamp(-cap, cap), dk, b, n)
         return q, k
 
-    def _t_columns(self, parts: dict[str, torch.Tensor], b: int, n: int):
-        """-> ``(u, lam, g, beta)``: the read's columns ``u (H B, P dv, N)`` (``[v, exp(beta v)]``
-        per head), ``lam, g (E, B N)``, ``beta (E, 1)``; None for what the options switch off."""
-        h, dv = self.heads, self.dv
-        lam, g = self._t_gates(parts)
-        v, ex, beta = self._t_values(parts)
-        if beta is None:
-            return self._blocks(v, dv, b, n), lam, g, None
-        vh, eh = v.view(h, dv, b, n).transpose(1, 2), ex.view(h, dv, b, n).transpose(1, 2)
-        return torch.stack([vh, eh], dim=2).view(h * b, 2 * dv, n), lam, g, beta  # one write
-
     def _t_read(self, q, k, u, lam, g, beta, b: int, n: int) -> torch.Tensor:
         """Read ``u`` with the attention weights of ``q, k`` (:func:`~tsmix.ops.attention.attend_t`:
         ``u p^T`` in cache-sized blocks), unpack ``mu`` and ``F``, combine: ``(E, B N)``."""
-        h, dv, e = self.heads, self.dv, self.e
-        r = attend_t(q, k, u, self.causal)  # (H B, P dv, N)
-        if beta is None:
-            return self._t_post(r.view(h, b, dv, n).transpose(1, 2).reshape(e, b * n), None, lam, g, None)
-        mu, z = r.view(h, b, 2, dv, n).permute(2, 0, 3, 1, 4).reshape(2, e, b * n).unbind(0)  # one copy
-        return self._t_post(mu, z, lam, g, beta)
+        return self._t_unpack(attend_t(q, k, u, self.causal), lam, g, beta, b, n)
 
     def _prior_logp(self, pin):
         return P.sm_logp(pin["q"], pin["k"], self.causal)
@@ -175,7 +156,7 @@ class FEMGLAOptions(FEMOptions):
         },
     ),
 )
-class FEMGLA(FreeEnergyMixer):
+class FEMGLA(ChannelMajorRead, FreeEnergyMixer):
     """FEM on a gated-linear-attention prior (positive features, per-head or per-key-dim decay)."""
 
     name = "fem-gla"
@@ -210,6 +191,35 @@ class FEMGLA(FreeEnergyMixer):
         # does not vectorize (3x the time at the variate shape), and the read wants (B, H, N, d_k)
         q, k = _phi(pin["zq"].contiguous()), _phi(pin["zk"].contiguous())
         return P.gla_prior_read(q, k, u, pin["log_a"], self.causal, self.chunk)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        small = dense_bidir_shape_fits(x.device, x.shape[1], self.widths["q"] // self.heads)
+        if small and not self.causal and not self.options.recompute:
+            y = self._forward_t(x)
+            if y is not None:
+                return y
+        return super().forward(x)  # token-major (gla_bidir picks the dense form or a scan)
+
+    def _forward_t(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Bidirectional on short CPU sequences: the whole read channel-major (``(channels, B N)``,
+        see :mod:`tsmix.mixers._fem_t`), the prior read by the dense decay attention on ``(H B, ., N)``
+        blocks (:func:`~tsmix.ops.gla_small.gla_dense_bidir_t`, the normalizer a row of ones beside
+        the columns). Why: token-major, the features, the head split of q, k, log-decays and
+        columns, and the normalization are passes over 1-8 wide strided heads. None when a total
+        decay exceeds the dense form's bound (the caller takes the exact scan)."""
+        b, n, _ = x.shape
+        h, dk = self.heads, self.widths["q"] // self.heads
+        la = F.logsigmoid(linear_t(self.gate, x.reshape(-1, x.shape[-1]).t())) / self.options.gate_tau
+        la = floor_decay(la).view(h, -1, b, n).transpose(1, 2).reshape(h * b, -1, n)  # (H B, 1 or d_k, N)
+        if not dense_decay_fits(la, -1):
+            return None
+        parts = self._t_parts(x)
+        q = self._blocks(_phi(parts["q"]), dk, b, n)  # (H B, d_k, N), features of contiguous rows
+        k = self._blocks(_phi(parts["k"]), dk, b, n)
+        u, lam, g, beta = self._t_columns(parts, b, n)  # (H B, P dv, N)
+        r = gla_dense_bidir_t(q, k, torch.cat([u, torch.ones_like(u[:, :1])], 1), la)  # last row: Σ weights
+        r = r[:, :-1] / r[:, -1:].clamp_min(torch.finfo(r.dtype).tiny)
+        return self._t_out(self._t_unpack(r, lam, g, beta, b, n), x.shape)
 
     def _prior_logp(self, pin):
         return P.gla_prior_logp(_log_phi(pin["zq"]), _log_phi(pin["zk"]), pin["log_a"], self.causal)

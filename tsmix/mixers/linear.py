@@ -19,7 +19,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from tsmix.errors import TsmixError
-from tsmix.mixers.softmax import check_heads, merge_heads, split_heads
+from tsmix.mixers.softmax import check_heads, linear_t, merge_heads, split_heads
 from tsmix.ops.attention import causal_mask
 from tsmix.ops.gla_chunk import (
     MAX_FACTORIZED_CHUNK,
@@ -227,15 +227,6 @@ class LinearAttention(Mixer):
         return run_steps(self.step, x)
 
 
-def _linear_t(layer: nn.Module, xt: torch.Tensor) -> torch.Tensor:
-    """A linear layer (or a ``Sequential`` of them) applied to channel-major ``xt (D_in, M)``."""
-    if isinstance(layer, nn.Sequential):
-        for sub in layer:
-            xt = _linear_t(sub, xt)
-        return xt
-    return layer.weight @ xt if layer.bias is None else torch.addmm(layer.bias[:, None], layer.weight, xt)
-
-
 @dataclass(frozen=True)
 class GLAOptions:
     bias: bool = True  # bias in the q/k/v/out-gate/out projections
@@ -314,7 +305,7 @@ class GatedLinearAttention(Mixer):
         b, n, d = x.shape
         h, dh, o = self.heads, d // self.heads, self.options
         xt = x.reshape(-1, d).t()  # (D, B N)
-        la = F.logsigmoid(_linear_t(self.gate, xt)).div_(o.gate_tau)  # (D or H, B N), <= 0
+        la = F.logsigmoid(linear_t(self.gate, xt)).div_(o.gate_tau)  # (D or H, B N), <= 0
         la = floor_decay(la).view(h, -1, b, n).transpose(1, 2).reshape(h * b, -1, n)  # (H B, G, N)
         if not dense_decay_fits(la, -1):
             return None
@@ -328,7 +319,7 @@ class GatedLinearAttention(Mixer):
         # the per-head RMSNorm over Dh (nn.RMSNorm's formula, channels on dim 1 here)
         r = r * torch.rsqrt(r.square().mean(1, keepdim=True) + o.norm_eps) * self.norm.weight[:, None]
         r = r.view(h, b, dh, n).transpose(1, 2).reshape(d, b * n)  # merged heads, (D, B N)
-        y = r * F.silu(_linear_t(self.out_gate, xt))  # (D, B N)
+        y = r * F.silu(linear_t(self.out_gate, xt))  # (D, B N)
         return F.linear(y.t(), self.out.weight, self.out.bias).view(b, n, d)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,16 @@ def attention_t(x: torch.Tensor, qkv: nn.Linear, heads: int, causal: bool) -> to
     return r.view(heads, b, dh, n).transpose(1, 2).reshape(d, b * n).t()  # (B N, D)
 
 
+def linear_t(layer: nn.Module, xt: torch.Tensor) -> torch.Tensor:
+    """A linear layer (or a ``Sequential`` of them) applied to channel-major ``xt (D_in, M)``:
+    ``(D_out, M)``, one ``addmm`` per layer (its bias a broadcast column)."""
+    if isinstance(layer, nn.Sequential):
+        for sub in layer:
+            xt = linear_t(sub, xt)
+        return xt
+    return layer.weight @ xt if layer.bias is None else torch.addmm(layer.bias[:, None], layer.weight, xt)
+
+
 def check_heads(dim: int, heads: int, name: str) -> None:
     if dim % heads:
         raise TsmixError(f"mixer {name!r}: dim {dim} is not divisible by heads {heads}")
