@@ -118,3 +118,13 @@ def test_softmax_channel_major_path_only_where_the_small_form_applies(spy):
     wide = tsmix.build_mixer("softmax", 2 * (A.SMALL_HEAD_DIM + 1), heads=2, causal=False)
     wide(torch.randn(2, 7, 2 * (A.SMALL_HEAD_DIM + 1)))  # wide heads
     assert len(calls) == 1
+
+
+def test_score_blocks_cover_the_batch_once():
+    """Blocks of about ``elems`` scores tile the batch in order, the last one ragged; ``None`` (the
+    non-CPU choice of the NRGPT reads) is the whole batch in one block."""
+    blocks = A.score_blocks(10, 4, 3 * 16)
+    assert blocks == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 12)]
+    assert list(range(10)) == [i for b in blocks for i in range(10)[b]]
+    assert A.score_blocks(10, 4, 1) == [slice(i, i + 1) for i in range(10)]  # never empty blocks
+    assert A.score_blocks(10, 4, None) == [slice(0, 10)]

@@ -50,8 +50,11 @@ SMALL_SEQUENCE = 128
 SCORE_BLOCK_ELEMS = 1 << 18
 
 
-def score_blocks(m: int, n: int, elems: int = SCORE_BLOCK_ELEMS) -> list[slice]:
-    """Slices of a batch of ``m`` sequences with ``(n, n)`` scores of about ``elems`` elements each."""
+def score_blocks(m: int, n: int, elems: int | None = SCORE_BLOCK_ELEMS) -> list[slice]:
+    """Slices of a batch of ``m`` sequences with ``(n, n)`` scores of about ``elems`` elements each
+    (``None``: the whole batch in one, for devices whose kernels want it whole, e.g. GPUs)."""
+    if elems is None:
+        return [slice(0, m)]
     step = max(1, elems // (n * n))
     return [slice(i, i + step) for i in range(0, m, step)]
 
