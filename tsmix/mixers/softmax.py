@@ -41,11 +41,11 @@ def attention_t(x: torch.Tensor, qkv: nn.Linear, heads: int, causal: bool) -> to
     :func:`tsmix.ops.attention.small_attention`) with every head of every sequence a ``(Dh, N)``
     block. Why: token-major, splitting and merging heads of 4 channels are strided copies and the
     read's bmm has the 4-wide head axis innermost; here the projection writes ``(3D, B N)`` (``mm``
-    reads x transposed), q, k, v become ``(H B, Dh, N)`` blocks in one copy, the weights are
-    :func:`~tsmix.ops.attention.attention_weights_t`'s ``p^T`` and the read ``v p^T`` (taken by
-    :func:`~tsmix.ops.attention.attend_t` in cache-sized blocks of the batch), so every bmm
-    runs along the N-long token axis. Patch encoder's shape (896 x 42 tokens, D = 16, 4 heads),
-    fwd+bwd, one thread: ~15% faster than the token-major form. Same maths as
+    reads x transposed), q, k, v become ``(H B, Dh, N)`` blocks in one copy, and
+    :func:`~tsmix.ops.attention.attend_t` reads ``v p^T`` in cache-sized blocks of the batch
+    (``p^T`` as the bmm's operand flag), so every bmm runs along the N-long token axis. Patch
+    encoder's shape (896 x 42 tokens, D = 16, 4 heads), fwd+bwd, one thread: ~15% faster than the
+    token-major form (session 13, before the blocked read). Same maths as
     :func:`~tsmix.ops.attention.attend`'s small-head path.
     """
     b, n, d = x.shape
@@ -59,8 +59,8 @@ def attention_t(x: torch.Tensor, qkv: nn.Linear, heads: int, causal: bool) -> to
 
 
 def linear_t(layer: nn.Module, xt: torch.Tensor) -> torch.Tensor:
-    """A linear layer (or a ``Sequential`` of them) applied to channel-major ``xt (D_in, M)``:
-    ``(D_out, M)``, one ``addmm`` per layer (its bias a broadcast column)."""
+    """An ``nn.Linear`` (or an ``nn.Sequential`` of only them) applied to channel-major
+    ``xt (D_in, M)``: ``(D_out, M)``, one ``addmm`` per layer (its bias a broadcast column)."""
     if isinstance(layer, nn.Sequential):
         for sub in layer:
             xt = linear_t(sub, xt)
