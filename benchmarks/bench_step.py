@@ -8,7 +8,8 @@ ratio always comes from one run. Sections (any combination; default: all but --o
                 the same model with SDPA forced for attention (the kernel it replaced at head
                 dim 4), with the token-major small-head softmax (the form before the channel-major
                 one), with the channel-major read unblocked (one autograd graph over the whole
-                batch, the form before the blocked one), and the official PatchTST model with
+                batch, the form before the blocked one), with the feed-forward over all tokens at once
+                (before its token blocks), and the official PatchTST model with
                 ``--official PATH`` (a checkout of github.com/yuqinie98/PatchTST; its code is
                 imported from there, never copied).
   --mixers      forward+backward of every mixer at the patch shape (896 x 42 tokens, D=16, 4 heads)
@@ -106,6 +107,19 @@ def whole_batch_read() -> Iterator[None]:
         softmax.attend_t = old
 
 
+@contextlib.contextmanager
+def whole_batch_ffn() -> Iterator[None]:
+    """The feed-forward over all tokens at once (the form before session 14's token blocks)."""
+    from tsmix import block
+
+    old = block.FFN_BLOCK_ELEMS
+    block.FFN_BLOCK_ELEMS = 1 << 62
+    try:
+        yield
+    finally:
+        block.FFN_BLOCK_ELEMS = old
+
+
 # ----------------------------------------------------------------------------- models
 
 
@@ -184,6 +198,7 @@ def section_step(args, log) -> None:
         "tsmix softmax, SDPA forced": variant(sdpa_everywhere),
         "tsmix softmax, token-major": variant(token_major_softmax),
         "tsmix softmax, whole-batch read": variant(whole_batch_read),
+        "tsmix softmax, whole-batch FFN": variant(whole_batch_ffn),
     }
     if args.official:
         torch.manual_seed(0)
@@ -199,6 +214,7 @@ def section_step(args, log) -> None:
     log(f"  attention change alone: {t['tsmix softmax, SDPA forced'] / t['tsmix softmax']:.2f}x")
     log(f"  channel-major softmax alone: {t['tsmix softmax, token-major'] / t['tsmix softmax']:.2f}x")
     log(f"  blocked read alone: {t['tsmix softmax, whole-batch read'] / t['tsmix softmax']:.2f}x")
+    log(f"  FFN token blocks alone: {t['tsmix softmax, whole-batch FFN'] / t['tsmix softmax']:.2f}x")
 
 
 def section_mixers(args, log) -> None:

@@ -42,8 +42,17 @@ def make_norm(kind: str, dim: int) -> nn.Module:
     raise TsmixError(f"unknown norm {kind!r}; choose one of {', '.join(NORMS)}")
 
 
+# Hidden activations per token block of the CPU feed-forward (elements): ~1 MB in float32, so a
+# block's (rows, hidden) activations stay in cache from ``up`` through the activation and dropout
+# to ``down`` and back (autograd runs each block's chain in turn). Whole-batch, at the PatchTST
+# paper preset (37632 tokens x 128 hidden) GELU, its backward and the dropout products are
+# memory-bound passes over 19 MB each; blocked, the training step measured 1.10x faster at one
+# thread (idle, alternating rounds; benchmarks/README.md, session 14).
+FFN_BLOCK_ELEMS = 1 << 18
+
+
 class FFN(nn.Module):
-    """Position-wise feed-forward: Linear -> act -> Linear (or SwiGLU)."""
+    """Position-wise feed-forward: Linear -> act -> Linear (or SwiGLU); on CPU in token blocks."""
 
     def __init__(self, dim: int, hidden: int, kind: str = "gelu", dropout: float = 0.0) -> None:
         super().__init__()
@@ -55,6 +64,13 @@ class FFN(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, D) -> (B, N, D)
+        rows = max(1, FFN_BLOCK_ELEMS // self.up.out_features)  # tokens per block
+        if x.device.type != "cpu" or x.numel() <= rows * x.shape[-1]:
+            return self._ffn(x)
+        tokens = x.reshape(-1, x.shape[-1])  # (T, D): position-wise, so any split of T is exact
+        return torch.cat([self._ffn(t) for t in tokens.split(rows)]).view(*x.shape[:-1], -1)
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:  # (..., D) -> (..., D)
         h = self.up(x)
         if self.kind == "swiglu":
             a, b = h.chunk(2, dim=-1)
