@@ -66,58 +66,48 @@ def _alternate(fns: dict[str, Callable[[], None]], rounds: int, warmup: int = 1)
 
 
 @contextlib.contextmanager
-def sdpa_everywhere() -> Iterator[None]:
-    """Force scaled_dot_product_attention in tsmix.ops.attention.attend (the previous kernel)."""
-    from tsmix.ops import attention
-
-    old = attention.SMALL_HEAD_DIM
-    attention.SMALL_HEAD_DIM = 0
+def _patched(owner: object, name: str, value: object) -> Iterator[None]:
+    """``owner.name = value`` inside the block, restored after (a kernel choice to time)."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        attention.SMALL_HEAD_DIM = old
+        setattr(owner, name, old)
 
 
-@contextlib.contextmanager
-def token_major_softmax() -> Iterator[None]:
+def sdpa_everywhere() -> contextlib.AbstractContextManager:
+    """Force scaled_dot_product_attention in tsmix.ops.attention.attend (the previous kernel)."""
+    from tsmix.ops import attention
+
+    return _patched(attention, "SMALL_HEAD_DIM", 0)
+
+
+def token_major_softmax() -> contextlib.AbstractContextManager:
     """Route the softmax mixer through its token-major small-head path (``attend``) instead of
     the channel-major ``_forward_t`` (the kernel before session 13)."""
     from tsmix.mixers import softmax
 
-    old = softmax.small_attention
-    softmax.small_attention = lambda *a, **k: False
-    try:
-        yield
-    finally:
-        softmax.small_attention = old
+    return _patched(softmax, "small_attention", lambda *a, **k: False)
 
 
-@contextlib.contextmanager
-def whole_batch_read() -> Iterator[None]:
+def whole_batch_read() -> contextlib.AbstractContextManager:
     """The channel-major softmax read as one autograd graph over the whole batch,
     ``v @ attention_weights_t(q, k)`` (the form before session 14's blocked ``attend_t``)."""
     from tsmix.mixers import softmax
     from tsmix.ops.attention import attention_weights_t
 
-    old = softmax.attend_t
-    softmax.attend_t = lambda q, k, v, causal: torch.bmm(v, attention_weights_t(q, k, causal))
-    try:
-        yield
-    finally:
-        softmax.attend_t = old
+    def unblocked(q, k, v, causal: bool) -> torch.Tensor:
+        return torch.bmm(v, attention_weights_t(q, k, causal))
+
+    return _patched(softmax, "attend_t", unblocked)
 
 
-@contextlib.contextmanager
-def whole_batch_ffn() -> Iterator[None]:
+def whole_batch_ffn() -> contextlib.AbstractContextManager:
     """The feed-forward over all tokens at once (the form before session 14's token blocks)."""
     from tsmix import block
 
-    old = block.FFN_BLOCK_ELEMS
-    block.FFN_BLOCK_ELEMS = 1 << 62
-    try:
-        yield
-    finally:
-        block.FFN_BLOCK_ELEMS = old
+    return _patched(block, "FFN_BLOCK_ELEMS", 1 << 62)
 
 
 # ----------------------------------------------------------------------------- models
