@@ -46,7 +46,7 @@ def make_norm(kind: str, dim: int) -> nn.Module:
 # block's (rows, hidden) activations stay in cache from ``up`` through the activation and dropout
 # to ``down`` and back (autograd runs each block's chain in turn). Whole-batch, at the PatchTST
 # paper preset (37632 tokens x 128 hidden) GELU, its backward and the dropout products are
-# memory-bound passes over 19 MB each; blocked, the training step measured 1.10x faster at one
+# memory-bound passes over 19 MB each; blocked, the training step measured 1.11-1.23x faster at one
 # thread (idle, alternating rounds; benchmarks/README.md, session 14).
 FFN_BLOCK_ELEMS = 1 << 18
 
