@@ -120,11 +120,14 @@ def test_softmax_channel_major_path_only_where_the_small_form_applies(spy):
     assert len(calls) == 1
 
 
-def test_score_blocks_cover_the_batch_once():
-    """Blocks of about ``elems`` scores tile the batch in order, the last one ragged; ``None`` (the
-    non-CPU choice of the NRGPT reads) is the whole batch in one block."""
-    blocks = A.score_blocks(10, 4, 3 * 16)
+def test_score_blocks_cover_the_batch_once(monkeypatch):
+    """On CPU, blocks of about SCORE_BLOCK_ELEMS scores tile the batch in order, the last one ragged;
+    on any other device (the NRGPT reads run there too) the whole batch is one block."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(A, "SCORE_BLOCK_ELEMS", 3 * 16)
+    blocks = A.score_blocks(10, 4, cpu)
     assert blocks == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 12)]
     assert list(range(10)) == [i for b in blocks for i in range(10)[b]]
-    assert A.score_blocks(10, 4, 1) == [slice(i, i + 1) for i in range(10)]  # never empty blocks
-    assert A.score_blocks(10, 4, None) == [slice(0, 10)]
+    monkeypatch.setattr(A, "SCORE_BLOCK_ELEMS", 1)
+    assert A.score_blocks(10, 4, cpu) == [slice(i, i + 1) for i in range(10)]  # never empty blocks
+    assert A.score_blocks(10, 4, torch.device("meta")) == [slice(0, 10)]

@@ -8,6 +8,7 @@ import torch
 
 import tsmix
 import tsmix.ops.gla_small as gs
+from tsmix.ops import attention
 from tsmix.ops.gla_chunk import LOG_DECAY_MIN, gla_bidir, gla_scan
 from tsmix.ops.gla_small import DENSE_MAX_LOG_DECAY, dense_bidir_fits, gla_bidir_reference, gla_dense_bidir
 
@@ -45,12 +46,12 @@ def test_dense_equals_reference_float64(shape, decay):
 
 @pytest.mark.parametrize("decay", ["head", "key"])
 def test_small_blocks_give_the_same_values(decay, monkeypatch):
-    """The batch runs in blocks of BLOCK_ELEMS scores; a tiny block forces many (and a ragged last)."""
+    """The batch runs in blocks of SCORE_BLOCK_ELEMS scores; a tiny block forces many (and a ragged last)."""
     ts = _inputs((7, 3), 13, 4, 5, 1 if decay == "head" else 4, seed=3)
     y = gla_dense_bidir(*ts)
     w = torch.randn_like(y)
     g = _grads(y, ts, w)
-    monkeypatch.setattr(gs, "BLOCK_ELEMS", 2 * 13 * 13)
+    monkeypatch.setattr(attention, "SCORE_BLOCK_ELEMS", 2 * 13 * 13)
     y2 = gla_dense_bidir(*ts)
     torch.testing.assert_close(y2, y, rtol=1e-12, atol=1e-12)
     for a, b in zip(_grads(y2, ts, w), g):

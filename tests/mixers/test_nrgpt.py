@@ -327,8 +327,8 @@ def _reads_reference(qk: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
 def test_bidir_attention_reads_match_closed_form_float64(monkeypatch, branch, n, blocks):
     from tsmix.ops import energy_fast
 
-    if blocks == "many":  # the batch (6 heads) runs in blocks of BLOCK_ELEMS scores: 4, then a ragged 2
-        monkeypatch.setattr(energy_fast, "BLOCK_ELEMS", 4 * n * n)
+    if blocks == "many":  # the batch (6 heads) runs in blocks of SCORE_BLOCK_ELEMS scores: 4, then a ragged 2
+        monkeypatch.setattr("tsmix.ops.attention.SCORE_BLOCK_ELEMS", 4 * n * n)
 
     # Both softmax branches: the row-bound shift (taken at ordinary scores) and the max-shifted
     # softmax (taken when the bound could underflow a row); force each and check it is taken.

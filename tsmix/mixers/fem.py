@@ -34,7 +34,7 @@ from tsmix.mixers.softmax import linear_t, split_heads
 from tsmix.ops import fem_priors as P
 from tsmix.ops.attention import SMALL_SEQUENCE, attend_t, small_attention
 from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, floor_decay
-from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_fits, gla_dense_bidir_t
+from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_blocks_t, gla_dense_bidir_t
 from tsmix.ops.rope import rope
 from tsmix.registry import register_mixer
 
@@ -209,9 +209,9 @@ class FEMGLA(ChannelMajorRead, FreeEnergyMixer):
         decay exceeds the dense form's bound (the caller takes the exact scan)."""
         b, n, _ = x.shape
         h, dk = self.heads, self.widths["q"] // self.heads
-        la = F.logsigmoid(linear_t(self.gate, x.reshape(-1, x.shape[-1]).t())) / self.options.gate_tau
-        la = floor_decay(la).view(h, -1, b, n).transpose(1, 2).reshape(h * b, -1, n)  # (H B, 1 or d_k, N)
-        if not dense_decay_fits(la, -1):
+        log_a = F.logsigmoid(linear_t(self.gate, x.reshape(-1, x.shape[-1]).t())) / self.options.gate_tau
+        la = dense_decay_blocks_t(log_a, h, b, n)  # (H B, 1 or d_k, N), floored
+        if la is None:
             return None
         parts = self._t_parts(x)
         q = self._blocks(_phi(parts["q"]), dk, b, n)  # (H B, d_k, N), features of contiguous rows

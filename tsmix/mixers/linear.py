@@ -21,15 +21,8 @@ from torch.autograd.function import once_differentiable
 from tsmix.errors import TsmixError
 from tsmix.mixers.softmax import check_heads, linear_t, merge_heads, split_heads
 from tsmix.ops.attention import causal_mask
-from tsmix.ops.gla_chunk import (
-    MAX_FACTORIZED_CHUNK,
-    floor_decay,
-    gla_bidir,
-    gla_chunked,
-    gla_reference,
-    gla_step,
-)
-from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_fits, gla_dense_bidir_t
+from tsmix.ops.gla_chunk import MAX_FACTORIZED_CHUNK, gla_bidir, gla_chunked, gla_reference, gla_step
+from tsmix.ops.gla_small import dense_bidir_shape_fits, dense_decay_blocks_t, gla_dense_bidir_t
 from tsmix.ops.streaming import run_steps
 from tsmix.registry import Mixer, register_mixer
 
@@ -305,9 +298,8 @@ class GatedLinearAttention(Mixer):
         b, n, d = x.shape
         h, dh, o = self.heads, d // self.heads, self.options
         xt = x.reshape(-1, d).t()  # (D, B N)
-        la = F.logsigmoid(linear_t(self.gate, xt)).div_(o.gate_tau)  # (D or H, B N), <= 0
-        la = floor_decay(la).view(h, -1, b, n).transpose(1, 2).reshape(h * b, -1, n)  # (H B, G, N)
-        if not dense_decay_fits(la, -1):
+        la = dense_decay_blocks_t(F.logsigmoid(linear_t(self.gate, xt)).div_(o.gate_tau), h, b, n)
+        if la is None:  # (H B, G, N) floored log-decays, or a total decay past the dense bound
             return None
         # q's 1/sqrt(Dh) rides in its projection rows (a (D, D) scale, not a pass over the tokens)
         scale = torch.ones(3 * d, 1, dtype=x.dtype, device=x.device)

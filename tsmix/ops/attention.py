@@ -50,12 +50,13 @@ SMALL_SEQUENCE = 128
 SCORE_BLOCK_ELEMS = 1 << 18
 
 
-def score_blocks(m: int, n: int, elems: int | None = SCORE_BLOCK_ELEMS) -> list[slice]:
-    """Slices of a batch of ``m`` sequences with ``(n, n)`` scores of about ``elems`` elements each
-    (``None``: the whole batch in one, for devices whose kernels want it whole, e.g. GPUs)."""
-    if elems is None:
+def score_blocks(m: int, n: int, device: torch.device) -> list[slice]:
+    """Slices of a batch of ``m`` sequences with ``(n, n)`` scores of about ``SCORE_BLOCK_ELEMS``
+    elements each (the module's value at call time: tests shrink it) on CPU; elsewhere the whole
+    batch in one (a GPU wants it in one launch)."""
+    if device.type != "cpu":
         return [slice(0, m)]
-    step = max(1, elems // (n * n))
+    step = max(1, SCORE_BLOCK_ELEMS // (n * n))
     return [slice(i, i + step) for i in range(0, m, step)]
 
 
@@ -134,7 +135,7 @@ class _AttendT(torch.autograd.Function):
         masked = ~causal_mask(n, q.device) if causal else None  # (N_t, N_s)
         r = v.new_empty(v.shape)  # (M, d_v, N)
         p = q.new_empty(m, n, n)  # the weights of every block, kept for the backward (as autograd would)
-        for b in score_blocks(m, n, SCORE_BLOCK_ELEMS):  # the module's value at call time (tests shrink it)
+        for b in score_blocks(m, n, q.device):
             torch.bmm(v[b], _weights(q[b], k[b], scale, masked, out=p[b]).transpose(1, 2), out=r[b])
         ctx.save_for_backward(q, k, v, r, p)
         ctx.scale = scale
@@ -147,7 +148,7 @@ class _AttendT(torch.autograd.Function):
         g = g.contiguous()
         gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         rg = (r * g).sum(1).unsqueeze(-1)  # (M, N_t, 1): softmax backward's row term
-        for b in score_blocks(q.shape[0], q.shape[2], SCORE_BLOCK_ELEMS):
+        for b in score_blocks(q.shape[0], q.shape[2], q.device):
             torch.bmm(g[b], p[b], out=gv[b])
             ds = torch.bmm(g[b].transpose(1, 2), v[b]).sub_(rg[b]).mul_(p[b]).mul_(ctx.scale)  # (m, Nt, Ns)
             torch.bmm(k[b], ds.transpose(1, 2), out=gq[b])

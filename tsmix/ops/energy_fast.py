@@ -32,14 +32,7 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from tsmix.ops.attention import SCORE_BLOCK_ELEMS, score_blocks
-
-BLOCK_ELEMS = SCORE_BLOCK_ELEMS  # scores per block of the batch (a module attribute: tests shrink it)
-
-
-def _block_elems(t: torch.Tensor) -> int | None:
-    """Cache-sized blocks on CPU; one block elsewhere (a GPU wants the batch in one launch)."""
-    return BLOCK_ELEMS if t.device.type == "cpu" else None
+from tsmix.ops.attention import score_blocks
 
 
 def _bounded_shift_ok(bound: torch.Tensor) -> bool:
@@ -83,7 +76,7 @@ class _BidirReads(torch.autograd.Function):
         a, c = out[0], out[1]
         inv_z = bound.new_empty(bound.shape)  # (M, 1, N)
         es = qk.new_empty(m, n, n)  # E of every block, kept for the backward (as autograd would)
-        for b in score_blocks(m, n, _block_elems(qk)):
+        for b in score_blocks(m, n, qk.device):
             e = _weights(qm[b], k1[b], dh, shifted, out=es[b])  # (m, N, N)
             ak = torch.bmm(k1[b], e.transpose(1, 2))  # [k Eᵀ ; z]: the row sums z ride along
             torch.reciprocal(ak[:, dh:], out=inv_z[b])
@@ -101,7 +94,7 @@ class _BidirReads(torch.autograd.Function):
         grad = grad.contiguous()
         gqk = torch.empty_like(grad)
         grad_beta = grad.new_zeros(())
-        for b in score_blocks(a.shape[0], n, _block_elems(qk)):
+        for b in score_blocks(a.shape[0], n, qk.device):
             ga, gc = grad[0, b], grad[1, b]  # grads w.r.t. A and C, (m, Dh, N) each
             iz, qb = inv_z[b], q[b]
             e = es[b]

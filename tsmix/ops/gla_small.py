@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from tsmix.ops.attention import SCORE_BLOCK_ELEMS, causal_mask, score_blocks
+from tsmix.ops.attention import causal_mask, score_blocks
 from tsmix.ops.decay_scan import _work_dtype
-from tsmix.ops.gla_chunk import gla_reference
+from tsmix.ops.gla_chunk import floor_decay, gla_reference
 
 # Largest total log-decay |C_N| of any (sequence, head, group) for the factorized form (see above).
 DENSE_MAX_LOG_DECAY = 40.0
@@ -40,7 +40,6 @@ DENSE_MAX_LOG_DECAY = 40.0
 # lengths, and the matmuls' per-call cost is paid once instead of once per position.
 DENSE_MAX_LEN = 128
 DENSE_MAX_HEAD_DIM = 16
-BLOCK_ELEMS = SCORE_BLOCK_ELEMS  # scores per block of the batch (a module attribute: tests shrink it)
 
 
 def dense_bidir_shape_fits(device: torch.device, n: int, head_dim: int) -> bool:
@@ -54,6 +53,14 @@ def dense_decay_fits(la: torch.Tensor, token_dim: int = -2) -> bool:
     ``token_dim``) is at most ``DENSE_MAX_LOG_DECAY`` (one host sync: a CPU-only dispatch)."""
     # la <= 0, so the total decay is the (negated) sum; the most negative one decides (NaN: no)
     return bool(la.detach().sum(token_dim).min() >= -DENSE_MAX_LOG_DECAY)
+
+
+def dense_decay_blocks_t(log_a: torch.Tensor, heads: int, batch: int, n: int) -> torch.Tensor | None:
+    """Channel-major log-decays ``log_a (H G, B N)`` (tokens in ``(b, n)`` order) -> the floored
+    ``(H B, G, N)`` blocks :func:`gla_dense_bidir_t` reads, or None when a total decay exceeds the
+    dense form's bound (:func:`dense_decay_fits`; the caller then takes the exact scan)."""
+    la = floor_decay(log_a).view(heads, -1, batch, n).transpose(1, 2).reshape(heads * batch, -1, n)
+    return la if dense_decay_fits(la, -1) else None
 
 
 def dense_bidir_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torch.Tensor) -> bool:
@@ -74,10 +81,6 @@ def _scores_t(qf, kf, qb, kb, fwd: torch.Tensor, out: torch.Tensor) -> torch.Ten
     backwards (``s > t``)."""
     sb = torch.bmm(kb.transpose(1, 2), qb, out=out)
     return torch.where(fwd, torch.bmm(kf.transpose(1, 2), qf), sb, out=sb)
-
-
-def _blocks(m: int, n: int) -> list[slice]:
-    return score_blocks(m, n, BLOCK_ELEMS)
 
 
 class _DecayAttention(torch.autograd.Function):
@@ -109,7 +112,7 @@ class _DecayAttention(torch.autograd.Function):
         fwd = causal_mask(n, q.device).t()  # (N_s, N_t): s <= t reads forwards, s > t backwards
         o = v.new_empty(v.shape)  # (M, d_v, N)
         at = q.new_empty(m, n, n)  # the mixing matrix of every block, kept for the backward
-        for b in _blocks(m, n):
+        for b in score_blocks(m, n, q.device):
             _scores_t(qf[b], kf[b], qb[b], kb[b], fwd, out=at[b])
             torch.bmm(v[b], at[b], out=o[b])
         ctx.save_for_backward(v, qf, kf, qb, kb, ex, ey, at)
@@ -122,7 +125,7 @@ class _DecayAttention(torch.autograd.Function):
         g = g.contiguous()  # (M, d_v, N)
         gv = torch.empty_like(v)
         gqf, gkf, gqb, gkb = (torch.empty_like(t) for t in (qf, kf, qb, kb))  # (M, d_k, N)
-        for b in _blocks(qf.shape[0], qf.shape[2]):
+        for b in score_blocks(qf.shape[0], qf.shape[2], qf.device):
             torch.bmm(g[b], at[b].transpose(1, 2), out=gv[b])
             # each half's share of the scores' gradient: the product twice, then an in-place
             # triangle (cheaper than splitting one product with two where's)
@@ -159,7 +162,7 @@ def gla_dense_bidir(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la: torch
     and floored log-decays ``la (..., N, G)`` (G in {1, d_k}, <= 0), same values as
     :func:`tsmix.ops.gla_chunk.gla_bidir` with ``causal=False``; call only where
     :func:`dense_bidir_fits` holds. Runs channel-major (:func:`gla_dense_bidir_t`): one transposing
-    copy of each input (the head-split views are strided anyway) and of the output."""
+    copy of each input (the head-split views are strided anyway); the output is a transposed view."""
     *lead, n, dk = q.shape
     q, k, v, la = (t.transpose(-1, -2).reshape(-1, t.shape[-1], n) for t in (q, k, v, la))  # (M, ., N)
     o = gla_dense_bidir_t(q, k, v, la)  # (M, d_v, N)
