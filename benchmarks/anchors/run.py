@@ -6,7 +6,8 @@ Members (each with its own recipe; the model is never chosen by looking at test)
 * ``patchtst``: the patch encoder with ``--mixer`` on the PatchTST paper preset, capped at 20
   epochs with patience 10 (the reproduction recipe);
 * ``rlinear``: RevIN + one linear map, with the hyper-parameters of the best trial of a
-  ``tsmix tune`` study (validation objective) named by ``--rlinear-study``;
+  ``tsmix tune`` study (validation objective) named by ``--rlinear-study`` (its Optuna storage),
+  or replayed from the committed trials with ``--rlinear-trials benchmarks/anchors/studies.csv``;
 * ``dlinear``: DLinear's paper preset;
 * ``itransformer``: the variate encoder with ``--mixer`` on the iTransformer paper preset, at
   ``--variate-lookback`` (default 336; the preset's 96 is the official setting) and with the
@@ -70,6 +71,44 @@ def rlinear_params(storage: str, study_name: str) -> dict:
                          f"rlinear --study {study_name} --storage {storage} ...` first, or fix "
                          "--rlinear-study / --rlinear-study-name") from None
     return best_params(study, "rlinear", ["softmax"], best)
+
+
+def rlinear_params_csv(path: str, study_name: str) -> dict:
+    """Forecaster kwargs of the best finished trial of ``study_name`` in a trials CSV as
+    ``report.py`` writes it (``studies.csv``: ``study, trial, state, val_mse, param_*``), replayed
+    through the rlinear search space: the committed file stands in for the Optuna storage. A
+    study that held some of its space fixed (``--set``, a ``--space`` file) left those out of its
+    trials' params; replay fails on them, and then only its storage (``--rlinear-study``) knows."""
+    import csv
+
+    from tsmix.tuning.study import make_search
+
+    if not Path(path).is_file():
+        raise SystemExit(f"--rlinear-trials {path}: no such file (benchmarks/anchors/studies.csv holds "
+                         "the committed studies' trials)")
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh)
+                if r.get("study") == study_name and r.get("state") == "COMPLETE"]
+    if not rows:
+        raise SystemExit(f"--rlinear-trials {path}: no finished trial of study {study_name!r}; fix "
+                         "--rlinear-study-name, or tune it first")
+    best = min(rows, key=lambda r: float(r["val_mse"]))
+
+    def value(text: str):
+        if text in ("True", "False"):
+            return text == "True"
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+
+    params = {k.removeprefix("param_"): value(v) for k, v in best.items()
+              if k.startswith("param_") and v != ""}
+    try:
+        return make_search("rlinear", ["softmax"], {}, None).replay(params, int(best["trial"]))
+    except ValueError as exc:  # a parameter the study held fixed is not in its trials
+        raise SystemExit(f"--rlinear-trials: trial {best['trial']} of {study_name!r} cannot be replayed "
+                         f"from {path} ({exc}); give the study's storage with --rlinear-study") from None
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
@@ -181,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variate-label", default="itransformer",
                     help="name of the itransformer member in the rows (itransformer or itransformer-<tag>)")
     ap.add_argument("--rlinear-study", help="Optuna storage of the rlinear study (with the rlinear member)")
+    ap.add_argument("--rlinear-trials", help="instead of --rlinear-study: a trials CSV as report.py writes "
+                    "it (benchmarks/anchors/studies.csv); its best trial of --rlinear-study-name")
     ap.add_argument("--rlinear-study-name", default="rlinear-{dataset}-336",
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
     ap.add_argument("--rlinear-label", default="rlinear",
@@ -201,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(known))
     if unknown or not names:
         ap.error(f"--members: unknown {unknown or 'empty list'}; choose from {', '.join(known)}")
-    if "rlinear" in names and not args.rlinear_study:
-        ap.error("--members has rlinear: give --rlinear-study (the Optuna storage of its tuning study)")
+    if "rlinear" in names and not (args.rlinear_study or args.rlinear_trials):
+        ap.error("--members has rlinear: give --rlinear-study (the Optuna storage of its tuning study) "
+                 "or --rlinear-trials (its trials CSV)")
+    if args.rlinear_study and args.rlinear_trials:
+        ap.error("give one of --rlinear-study and --rlinear-trials")
     if not (args.variate_label == "itransformer" or args.variate_label.startswith("itransformer-")):
         ap.error(f"--variate-label must be itransformer or itransformer-<tag>, got {args.variate_label!r}")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
@@ -214,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     commit = args.commit or git_commit()
     for seed in (int(s) for s in args.seeds.split(",")):
         for dataset in args.datasets.split(","):
-            rl = (rlinear_params(args.rlinear_study, args.rlinear_study_name.format(dataset=dataset))
-                  if "rlinear" in names else {})
+            study_name = args.rlinear_study_name.format(dataset=dataset)
+            rl = {}
+            if "rlinear" in names:
+                rl = (rlinear_params_csv(args.rlinear_trials, study_name) if args.rlinear_trials
+                      else rlinear_params(args.rlinear_study, study_name))
             for horizon in (int(h) for h in args.horizons.split(",")):
                 key = (dataset, str(horizon), str(seed))
                 todo = [(c, refit) for c, refit in wanted
