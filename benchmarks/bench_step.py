@@ -2,7 +2,7 @@
 
 Every figure is process CPU time (time.process_time) at ONE thread, the median over rounds that
 alternate between the compared variants, so that a change of machine load hits them alike; a
-ratio always comes from one run. Sections (any combination; default: all but --official):
+ratio always comes from one run. Sections (any combination; default: all but --official and --profile):
 
   --step        PatchTST paper preset, ETTh1 L=336 H=96 batch 128, Adam: tsmix softmax encoder,
                 the same model with SDPA forced for attention (the kernel it replaced at head
@@ -19,6 +19,8 @@ ratio always comes from one run. Sections (any combination; default: all but --o
   --lookbacks   training step vs L in {336, 720, 1440, 2880} (patch encoder, the paper preset of
                 ``--lookback-dataset``, default ETTh1) for the linear-time mixers and softmax:
                 epoch cost = step x steps/epoch, fitted exponent.
+  --profile     (only when asked) the tsmix step op by op at 1 and at 2 threads: self time per
+                step of each op and its gain from the second thread.
 
     python benchmarks/bench_step.py --official /tmp/patchtst --out benchmarks/bench_step.txt
 """
@@ -207,6 +209,53 @@ def section_step(args, log) -> None:
     log(f"  FFN token blocks alone: {t['tsmix softmax, whole-batch FFN'] / t['tsmix softmax']:.2f}x")
 
 
+def section_profile(args, log) -> None:
+    """Where the step's milliseconds go at 1 and at 2 threads, op by op (torch.profiler, self time
+    per step), and how much each op gains from the second thread: the ops that do not scale are
+    what keeps the step's thread scaling below the hardware's. Threads switch in-process (same
+    model and batches); the step times are wall medians of alternating 1/2-thread rounds."""
+    from torch.profiler import profile
+
+    from tsmix.forecasting import build_model
+
+    cfg = _preset_cfg()
+    data, batches = _batches(cfg, args.data_dir, 4)
+    torch.manual_seed(0)
+    step = _trainer(build_model(cfg, data.x_channels), batches)
+    wall: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(args.rounds):
+        for th in (1, 2):
+            torch.set_num_threads(th)
+            step()  # the first step at a new thread count warms its pool
+            t0 = time.perf_counter()
+            step()
+            wall[th].append(time.perf_counter() - t0)
+    per_op: dict[int, dict[str, float]] = {}
+    for th in (1, 2):
+        torch.set_num_threads(th)
+        step()
+        with profile() as prof:
+            for _ in range(3):
+                step()
+        per_op[th] = {e.key: e.self_cpu_time_total / 3e3 for e in prof.key_averages()}  # ms per step
+    torch.set_num_threads(args.threads)
+    t1, t2 = (statistics.median(wall[th]) for th in (1, 2))
+    log(f"## step profile, PatchTST paper preset ETTh1 L=336 H=96 batch 128, tsmix softmax: "
+        f"1 thread {t1 * 1e3:.0f} ms, 2 threads {t2 * 1e3:.0f} ms (wall, median of {args.rounds} "
+        f"alternating rounds): x{t1 / t2:.2f}")
+    log("  op self time, ms per step (profiled, 3 steps each; the profiler adds its own overhead)")
+    log(f"  {'op':44s} {'1 thread':>9s} {'2 threads':>9s} {'gain':>6s}")
+    top = sorted(per_op[1], key=lambda k: -per_op[1][k])[:25]
+    for k in top:
+        a, b = per_op[1][k], per_op[2].get(k, 0.0)
+        log(f"  {k[:44]:44s} {a:9.1f} {b:9.1f} {a / b if b else float('nan'):6.2f}")
+    rest = [k for k in per_op[1] if k not in top]
+    a, b = sum(per_op[1][k] for k in rest), sum(per_op[2].get(k, 0.0) for k in rest)
+    log(f"  {'(every other op)':44s} {a:9.1f} {b:9.1f} {a / b if b else float('nan'):6.2f}")
+    a, b = sum(per_op[1].values()), sum(per_op[2].values())
+    log(f"  {'total':44s} {a:9.1f} {b:9.1f} {a / b:6.2f}")
+
+
 def section_mixers(args, log) -> None:
     from tsmix import available_mixers, build_mixer, mixer_spec
 
@@ -305,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mixers", action="store_true")
     ap.add_argument("--inference", action="store_true")
     ap.add_argument("--lookbacks", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="op-by-op profile of the step at 1 and at 2 threads (not in the default set)")
     ap.add_argument("--official", default=None, help="checkout of github.com/yuqinie98/PatchTST (for --step)")
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--rounds", type=int, default=5)
@@ -342,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, malloc {args.malloc}, "
         f"load average {load}; {processor()}")
     log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    chosen = [s for s in ("step", "mixers", "inference", "lookbacks") if getattr(args, s)]
+    chosen = [s for s in ("step", "mixers", "inference", "lookbacks", "profile") if getattr(args, s)]
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:
         globals()[f"section_{s}"](args, log)
     if args.out:
