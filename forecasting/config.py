@@ -17,12 +17,14 @@ from typing import Any
 from tsmix.engine.config import PRECISIONS
 from tsmix.errors import TsmixError
 from tsmix.forecasting.probabilistic.spec import LOSSES, HeadConfig
+from tsmix.forecasting.revin import CENTERS
 
 FEATURES = ("M", "S", "MS")
 OPTIMIZERS = ("adam", "adamw")
 LR_SCHEDULES = ("type1", "type3", "onecycle", "constant")
 PROTOCOLS = ("fair", "paper")
 PADDINGS = ("end", "none")
+REVIN_CENTERS = CENTERS
 TRAIN_ON = ("train", "train+val", "all")
 
 
@@ -91,6 +93,10 @@ class ForecasterConfig:
     )
     revin: bool = _f(True, "instance normalization of each window (RevIN / iTransformer use_norm)")
     revin_affine: bool = _f(False, "learnable RevIN scale/shift (official scripts: off)")
+    revin_center: str = _f(
+        "mean", "what RevIN subtracts from each window: its mean, or its last value (official "
+        "PatchTST subtract_last)", choices=REVIN_CENTERS
+    )
     calendar: bool = _f(
         False, "calendar features of each step (Informer's timeF: minute/hour/day positions) as inputs: "
         "on wide data extra variate tokens over the lookback, the official iTransformer's timestamp "

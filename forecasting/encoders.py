@@ -47,6 +47,7 @@ class EncoderConfig:
     prenorm: bool  # False = post-norm as both official encoders
     revin: bool = _FLAT.revin  # instance normalization of each window
     revin_affine: bool = _FLAT.revin_affine  # learnable RevIN scale/shift
+    revin_center: str = _FLAT.revin_center  # RevIN subtracts the window's mean or its last value
 
 
 def make_blocks(cfg: EncoderConfig) -> nn.ModuleList:

@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                     "it (benchmarks/anchors/studies.csv); its best trial of --rlinear-study-name")
     ap.add_argument("--rlinear-study-name", default="rlinear-{dataset}-336",
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
+    ap.add_argument("--rlinear-center", choices=("mean", "last"), default="mean",
+                    help="what the RLinear member's RevIN subtracts (last: PatchTST's subtract_last); "
+                         "another than mean needs its own --rlinear-label")
     ap.add_argument("--rlinear-label", default="rlinear",
                     help="candidate name of the RLinear member (give another for another study)")
     ap.add_argument("--refit", action="store_true",
@@ -247,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                  "or --rlinear-trials (its trials CSV)")
     if args.rlinear_study and args.rlinear_trials:
         ap.error("give one of --rlinear-study and --rlinear-trials")
+    if args.rlinear_center != "mean" and args.rlinear_label == "rlinear":
+        ap.error(f"--rlinear-center {args.rlinear_center}: name the member apart, e.g. --rlinear-label "
+                 f"rlinear-{args.rlinear_center} (the rows and fits of 'rlinear' are mean-centred)")
     if not (args.variate_label == "itransformer" or args.variate_label.startswith("itransformer-")):
         ap.error(f"--variate-label must be itransformer or itransformer-<tag>, got {args.variate_label!r}")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
@@ -263,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             if "rlinear" in names:
                 rl = (rlinear_params_csv(args.rlinear_trials, study_name) if args.rlinear_trials
                       else rlinear_params(args.rlinear_study, study_name))
+                if args.rlinear_center != "mean":
+                    rl["revin_center"] = args.rlinear_center
             for horizon in (int(h) for h in args.horizons.split(",")):
                 key = (dataset, str(horizon), str(seed))
                 todo = [(c, refit) for c, refit in wanted

@@ -66,7 +66,7 @@ class VariateEncoder(nn.Module):
     def __init__(self, cfg: ITransformerConfig, channels: int) -> None:
         super().__init__()
         self.cfg = cfg
-        self.revin = RevIN(channels, cfg.revin_affine) if cfg.revin else None
+        self.revin = RevIN(channels, cfg.revin_affine, center=cfg.revin_center) if cfg.revin else None
         self.embed = nn.Linear(cfg.lookback, cfg.d_model)
         self.drop = FastDropout(cfg.dropout)
         self.blocks = make_blocks(cfg)

@@ -88,7 +88,7 @@ class PatchEncoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.n_patches = num_patches(cfg.lookback, cfg.patch_len, cfg.stride, cfg.padding_patch)
-        self.revin = RevIN(channels, cfg.revin_affine) if cfg.revin else None
+        self.revin = RevIN(channels, cfg.revin_affine, center=cfg.revin_center) if cfg.revin else None
         self.embed = nn.Linear(cfg.patch_len, cfg.d_model)
         # learned positional embedding, uniform(-0.02, 0.02) as the official "zeros" + learn_pe
         self.pos = nn.Parameter(torch.empty(self.n_patches, cfg.d_model).uniform_(-0.02, 0.02))

@@ -28,6 +28,7 @@ class RLinearConfig:
     horizon: int  # H: steps to forecast
     revin: bool = ForecasterConfig.revin  # the R of RLinear: without it this is a plain linear map
     revin_affine: bool = ForecasterConfig.revin_affine  # learnable per-channel scale/shift (a tuning choice)
+    revin_center: str = ForecasterConfig.revin_center  # subtract the window's mean or its last value
     dropout: float = 0.0  # on the normalized input window
     individual: bool = ForecasterConfig.individual  # one linear map per channel instead of shared
 
@@ -50,7 +51,7 @@ class RLinear(nn.Module):
 
     def __init__(self, cfg: RLinearConfig, channels: int) -> None:
         super().__init__()
-        self.revin = RevIN(channels, cfg.revin_affine) if cfg.revin else None
+        self.revin = RevIN(channels, cfg.revin_affine, center=cfg.revin_center) if cfg.revin else None
         self.drop = nn.Dropout(cfg.dropout)
         self.linear = (PerChannelLinear(channels, cfg.lookback, cfg.horizon) if cfg.individual
                        else nn.Linear(cfg.lookback, cfg.horizon))

@@ -35,10 +35,11 @@ class ProbabilisticModel(nn.Module):
     """``forward(x (B, L, C_in)) -> head output``: (B, H, C) for point heads, else (B, H, K, C)."""
 
     def __init__(self, base: nn.Module, head: Head, channels: int, horizon: int, *,
-                 revin: bool = True, revin_affine: bool = False, marks: int = 0) -> None:
+                 revin: bool = True, revin_affine: bool = False, revin_center: str = "mean",
+                 marks: int = 0) -> None:
         super().__init__()
         self.base = base
-        self.revin = RevIN(channels, revin_affine) if revin else None
+        self.revin = RevIN(channels, revin_affine, center=revin_center) if revin else None
         self.head = head
         self.horizon = horizon
         self.channels, self.marks = channels, marks
@@ -71,7 +72,8 @@ class ProbabilisticModel(nn.Module):
 
 def build_probabilistic(build_base: Callable[[int], nn.Module], channels: int, horizon: int,
                         head: HeadConfig | Head, *, revin: bool = True,
-                        revin_affine: bool = False, marks: int = 0) -> ProbabilisticModel:
+                        revin_affine: bool = False, revin_center: str = "mean",
+                        marks: int = 0) -> ProbabilisticModel:
     """Wrap ``build_base(steps)`` (a network for ``steps`` output steps, with its own RevIN off, over
     ``channels + marks`` input variates).
 
@@ -80,7 +82,7 @@ def build_probabilistic(build_base: Callable[[int], nn.Module], channels: int, h
     head = make_head(head) if isinstance(head, HeadConfig) else head
     base = build_base(horizon * head.k)  # built first: same RNG order as the bare encoder
     return ProbabilisticModel(base, head, channels, horizon, revin=revin, revin_affine=revin_affine,
-                              marks=marks)
+                              revin_center=revin_center, marks=marks)
 
 
 def build_with_head(spec: Any, values: Mapping[str, Any], channels: int,
@@ -89,7 +91,8 @@ def build_with_head(spec: Any, values: Mapping[str, Any], channels: int,
 
     ``spec`` is a ``tsmix.forecasting.registry.ModelSpec`` (``config``, ``make_config``,
     ``build``). A model whose config has a ``revin`` field normalizes its windows itself: that
-    RevIN is switched off inside and applied by the wrapper instead (with ``revin_affine``);
+    RevIN is switched off inside and applied by the wrapper instead (with ``revin_affine`` and
+    ``revin_center``);
     a model without one (DLinear) sees raw windows, as it does today. ``marks``: calendar variates
     after the ``channels`` series (see :class:`ProbabilisticModel`).
     """
@@ -101,7 +104,8 @@ def build_with_head(spec: Any, values: Mapping[str, Any], channels: int,
 
     return build_probabilistic(base, channels, int(values["horizon"]), head,
                                revin=lifted and bool(values.get("revin", True)),
-                               revin_affine=lifted and bool(values.get("revin_affine", False)), marks=marks)
+                               revin_affine=lifted and bool(values.get("revin_affine", False)),
+                               revin_center=str(values.get("revin_center", "mean")), marks=marks)
 
 
 def lift_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from tsmix.errors import TsmixError
 from tsmix.forecasting import ForecasterConfig, build_model
 from tsmix.forecasting.dlinear import PerChannelLinear, moving_average, moving_average_reference
 from tsmix.forecasting.dropout import FastDropout, dropout_with_mask, fast_dropout
@@ -100,6 +101,36 @@ def test_revin_round_trip():
     torch.testing.assert_close(r.denorm(z, stats), x, rtol=1e-9, atol=1e-9)
     plain, _ = RevIN(3).norm(x)
     torch.testing.assert_close(plain.mean(1), torch.zeros(4, 3, dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_revin_last_centers_on_the_last_value_scales_by_the_window_std():
+    """``center="last"`` (official PatchTST subtract_last): x minus its last value, over the same std."""
+    x = torch.randn(4, 20, 3, dtype=torch.float64) * 5 + 2
+    r = RevIN(3, affine=True, center="last").double()
+    with torch.no_grad():
+        r.weight.uniform_(0.5, 2.0)
+        r.bias.normal_()
+    z, (center, std) = r.norm(x)
+    torch.testing.assert_close(center, x[:, -1:], rtol=0, atol=0)
+    torch.testing.assert_close(std, RevIN(3).double().norm(x)[1][1], rtol=0, atol=0)
+    # exact but for the denorm's eps^2 guard on the affine weight (~1e-10 relative)
+    torch.testing.assert_close(r.denorm(z, (center, std)), x, rtol=1e-8, atol=1e-8)
+    plain, _ = RevIN(3, center="last").norm(x)
+    assert plain[:, -1].abs().max() == 0
+    with pytest.raises(ValueError, match="center must be one of mean, last"):
+        RevIN(3, center="median")
+    with pytest.raises(TsmixError, match="revin_center must be one of mean, last"):
+        ForecasterConfig(model="rlinear", lookback=48, horizon=12, revin_center="median").resolved()
+
+
+@pytest.mark.parametrize("model", ["rlinear", "patchtst", "itransformer"])
+def test_revin_center_reaches_every_models_revin(model):
+    """The config's centre is what the (lifted) RevIN uses, for each model that normalizes."""
+    cfg = ForecasterConfig(model=model, lookback=48, horizon=12, d_model=16, heads=2, layers=1, d_ff=32,
+                           patch_len=8, stride=4, dropout=0.0, revin_center="last").resolved()
+    net = build_model(cfg, 3)
+    revins = [m for m in net.modules() if isinstance(m, RevIN)]
+    assert [m.center for m in revins] == ["last"]
 
 
 def test_epoch_lr_matches_official_rules():

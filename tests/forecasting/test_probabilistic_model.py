@@ -41,13 +41,15 @@ def _bare(model: str, **kw):
     return spec.build(spec.make_config(_values(**kw)), C)
 
 
+@pytest.mark.parametrize("center", ["mean", "last"])
 @pytest.mark.parametrize("affine", [False, True])
 @pytest.mark.parametrize("model", ["patchtst", "itransformer"])
-def test_mse_wrapper_reproduces_encoder_with_its_own_revin(model, affine):
+def test_mse_wrapper_reproduces_encoder_with_its_own_revin(model, affine, center):
     torch.manual_seed(0)
-    ref = _bare(model, revin_affine=affine)
+    ref = _bare(model, revin_affine=affine, revin_center=center)
     torch.manual_seed(0)
-    wrapped = build_with_head(model_spec(model), _values(revin_affine=affine), C, HeadConfig("mse"))
+    wrapped = build_with_head(model_spec(model), _values(revin_affine=affine, revin_center=center), C,
+                              HeadConfig("mse"))
     assert wrapped.revin is not None and wrapped.base.revin is None  # RevIN lifted out of the encoder
     # the same seed builds the same weights: the wrapper consumes the RNG in the encoder's order
     lifted = lift_state_dict(ref.state_dict())
