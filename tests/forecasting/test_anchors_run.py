@@ -51,3 +51,12 @@ def test_a_parameter_the_study_held_fixed_or_a_missing_study_is_a_clear_error(tm
         run.rlinear_params_csv(str(path), "rlinear-X")
     with pytest.raises(SystemExit, match="no such file"):
         run.rlinear_params_csv(str(tmp_path / "none.csv"), "rlinear-ETTm1-336")
+
+
+def test_a_last_centred_rlinear_needs_its_own_label(capsys):
+    """Rows and saved fits are keyed by the member's label: a last-centred RLinear under the plain
+    label would be skipped as done (or clash with the mean-centred fit), so it is refused."""
+    with pytest.raises(SystemExit):
+        run.main(["--members", "rlinear", "--rlinear-center", "last",
+                  "--rlinear-trials", str(ROOT / "benchmarks" / "anchors" / "studies.csv")])
+    assert "--rlinear-label rlinear-last" in capsys.readouterr().err
