@@ -14,8 +14,12 @@ One process, one thread, process CPU time; in every cell the variants alternate 
 * **Breakdown**: the channel-major fast path cut into stages (fused projection, C's gain and
   modulation, gates/values/packing, prior read, unpack + combine, out projection), each timed
   fwd+bwd on detached inputs with a fixed upstream gradient, beside softmax's total.
+* **Components** (``--sections components``): each FEM component (C, L, T, G) switched off in
+  turn and all at once, at the paper batch of both shapes, × softmax in the same cell.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_fem_patch.py --out benchmarks/bench_fem_patch.txt
+    OMP_NUM_THREADS=1 python benchmarks/bench_fem_patch.py --sections components \\
+        --out benchmarks/bench_fem_components.txt
 """
 
 from __future__ import annotations
@@ -128,6 +132,39 @@ def ratios(rounds: int, log: Callable[[str], None]) -> None:
         log("")
 
 
+# Each FEM component switched off in turn (FEMOptions), and all that can be at once: what each
+# costs at the encoders' shapes, against softmax in the same cell. "bare" keeps the prior and the
+# fused in/out projections only; T has no effect without L (it gates between mu and F).
+COMPONENTS = {
+    "all on": {},
+    "no C": {"cond": False},
+    "no L (no T)": {"lse": False},
+    "no T": {"temperature": False},
+    "no G": {"outer_gate": False},
+    "bare": {"cond": False, "lse": False, "outer_gate": False},
+}
+
+
+def components(rounds: int, log: Callable[[str], None]) -> None:
+    log("## What each FEM component costs: fwd+bwd × softmax in the same cell, components switched off\n")
+    for shape, (dim, heads, cells) in SHAPES.items():
+        label, seqs, tokens = cells[-1] if shape == "patch" else cells[2]  # B=128: the paper batch
+        log(f"### {shape} {label}: D={dim}, {heads} heads\n")
+        log("| mixer | softmax ms | " + " | ".join(COMPONENTS) + " |")
+        log("|---|---:|" + "---:|" * len(COMPONENTS))
+        x = torch.randn(seqs, tokens, dim, requires_grad=True)
+        gy = [torch.randn(seqs, tokens, dim)]
+        for n in FEM:
+            mods = {"softmax": build("softmax", dim, heads)}
+            for c, opts in COMPONENTS.items():
+                torch.manual_seed(0)
+                mods[c] = tsmix.build_mixer(n, dim, heads=heads, causal=False, **opts)
+            ms = alternate({k: fwd_bwd(lambda m=m, x=x: m(x), [x], gy) for k, m in mods.items()}, rounds)
+            cols = " | ".join(f"{ms[c] / ms['softmax']:.2f}" for c in COMPONENTS)
+            log(f"| {n} | {ms['softmax']:.1f} | {cols} |")
+        log("")
+
+
 def _leaf(t):
     return None if t is None else t.detach().requires_grad_(t.requires_grad)
 
@@ -227,7 +264,9 @@ def _stages_aft(name: str, m, sm: torch.nn.Module, x: torch.Tensor, rounds: int)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--out", default=None, help="also write the report here")
+    ap.add_argument("--out", default=None, help="also write the report here (atomically)")
+    ap.add_argument("--sections", nargs="+", choices=("ratios", "breakdown", "components"),
+                    default=["ratios", "breakdown"], help="which tables (components: each FEM part off)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     lines: list[str] = []
@@ -244,13 +283,18 @@ def main() -> None:
         "(each: 1 untimed + 2 timed passes, median), "
         f"process CPU time; load average at the start {' '.join(f'{v:.2f}' for v in os.getloadavg())}.\n"
     )
-    ratios(args.rounds, log)
-    for shape in SHAPES:
-        breakdown(shape, args.rounds, log)
+    if "ratios" in args.sections:
+        ratios(args.rounds, log)
+    if "breakdown" in args.sections:
+        for shape in SHAPES:
+            breakdown(shape, args.rounds, log)
+    if "components" in args.sections:
+        components(args.rounds, log)
     log(f"Load average at the end {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {time.time() - t0:.0f} s.")
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+        from tsmix.atomic import write_text_atomic
+
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
