@@ -229,6 +229,16 @@ def main(argv: list[str] | None = None) -> int:
             "    --no-refit --set individual=false\n"
             "python benchmarks/anchors/run.py --datasets Weather --seeds 2021 \\\n"
             "    --members rlinear,dlinear --refit --rlinear-study sqlite:///optuna.db\n"
+            "# ETTh1, ETTh2 (session 15): RLinear replayed from the committed trials (no storage needed),\n"
+            "# the variate encoder as a member, then RLinear centred on each window's last value\n"
+            "python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv\n"
+            "python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --rlinear-center last \\\n"
+            "    --rlinear-label rlinear-last --rlinear-trials benchmarks/anchors/studies.csv\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
