@@ -148,7 +148,7 @@ COMPONENTS = {
 def components(rounds: int, log: Callable[[str], None]) -> None:
     log("## What each FEM component costs: fwd+bwd × softmax in the same cell, components switched off\n")
     for shape, (dim, heads, cells) in SHAPES.items():
-        label, seqs, tokens = cells[-1] if shape == "patch" else cells[2]  # B=128: the paper batch
+        label, seqs, tokens = next(c for c in cells if c[0].startswith("B=128 "))  # the paper batch
         log(f"### {shape} {label}: D={dim}, {heads} heads\n")
         log("| mixer | softmax ms | " + " | ".join(COMPONENTS) + " |")
         log("|---|---:|" + "---:|" * len(COMPONENTS))

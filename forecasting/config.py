@@ -24,7 +24,6 @@ OPTIMIZERS = ("adam", "adamw")
 LR_SCHEDULES = ("type1", "type3", "onecycle", "constant")
 PROTOCOLS = ("fair", "paper")
 PADDINGS = ("end", "none")
-REVIN_CENTERS = CENTERS
 TRAIN_ON = ("train", "train+val", "all")
 
 
@@ -95,7 +94,7 @@ class ForecasterConfig:
     revin_affine: bool = _f(False, "learnable RevIN scale/shift (official scripts: off)")
     revin_center: str = _f(
         "mean", "what RevIN subtracts from each window: its mean, or its last value (official "
-        "PatchTST subtract_last)", choices=REVIN_CENTERS
+        "PatchTST subtract_last)", choices=CENTERS
     )
     calendar: bool = _f(
         False, "calendar features of each step (Informer's timeF: minute/hour/day positions) as inputs: "

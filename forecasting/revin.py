@@ -33,19 +33,19 @@ class RevIN(nn.Module):
         """(B, L, C) -> normalized (B, L, C) and the (center, std) each (B, 1, C): the center is the
         window's mean, or its last value with ``center="last"``."""
         std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.eps).detach()
-        mean = (x[:, -1:] if self.center == "last" else x.mean(dim=1, keepdim=True)).detach()
-        x = (x - mean) / std
+        center = (x[:, -1:] if self.center == "last" else x.mean(dim=1, keepdim=True)).detach()
+        x = (x - center) / std
         if self.affine:
             x = x * self.weight + self.bias
-        return x, (mean, std)
+        return x, (center, std)
 
     def extra_repr(self) -> str:
         return f"affine={self.affine}, center={self.center!r}"
 
     def denorm(self, y: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """(B, H, C) back to the window's scale."""
-        mean, std = stats
+        center, std = stats
         if self.affine:
             # eps^2 guards a weight driven to 0, as the official implementation does
             y = (y - self.bias) / (self.weight + self.eps * self.eps)
-        return y * std + mean
+        return y * std + center

@@ -205,6 +205,7 @@ def score(combo: tuple[str, ...], fitted: dict, refit: bool, vals: dict) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     from tsmix.forecasting.benchmark.store import append_csv, csv_keys
+    from tsmix.forecasting.revin import CENTERS
     from tsmix.provenance import git_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                     "it (benchmarks/anchors/studies.csv); its best trial of --rlinear-study-name")
     ap.add_argument("--rlinear-study-name", default="rlinear-{dataset}-336",
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
-    ap.add_argument("--rlinear-center", choices=("mean", "last"), default="mean",
+    ap.add_argument("--rlinear-center", choices=CENTERS, default="mean",
                     help="what the RLinear member's RevIN subtracts (last: PatchTST's subtract_last); "
                          "another than mean needs its own --rlinear-label")
     ap.add_argument("--rlinear-label", default="rlinear",
