@@ -2,7 +2,8 @@
 
 Every figure is process CPU time (time.process_time) at ONE thread, the median over rounds that
 alternate between the compared variants, so that a change of machine load hits them alike; a
-ratio always comes from one run. Sections (any combination; default: all but --official and --profile):
+ratio always comes from one run. Sections (any combination; default: all but --official,
+--profile, --scaling and --kernels):
 
   --step        PatchTST paper preset, ETTh1 L=336 H=96 batch 128, Adam: tsmix softmax encoder,
                 the same model with SDPA forced for attention (the kernel it replaced at head
@@ -21,6 +22,13 @@ ratio always comes from one run. Sections (any combination; default: all but --o
                 epoch cost = step x steps/epoch, fitted exponent.
   --profile     (only when asked) the tsmix step op by op at 1 and at 2 threads: self time per
                 step of each op and its gain from the second thread.
+  --scaling     (only when asked) thread scaling of the step, tsmix softmax and (with
+                ``--official``) the official model: 1 and 2 threads alternating in one process, wall
+                time for every figure (the --step section times 1 thread in process CPU time and 2
+                threads in wall time, runs apart: a ratio across those mixes clocks and runs).
+  --kernels     (only when asked) the step's largest kernels alone, at the step's own shapes, at
+                1 and 2 threads, beside a memory-streaming copy and a cache-friendly GEMM: what the
+                second core can give each kind of work on this machine, outside the step.
 
     python benchmarks/bench_step.py --official /tmp/patchtst --out benchmarks/bench_step.txt
 """
@@ -256,6 +264,97 @@ def section_profile(args, log) -> None:
     log(f"  {'total':44s} {a:9.1f} {b:9.1f} {a / b:6.2f}")
 
 
+def section_scaling(args, log) -> None:
+    """The second thread's gain on the whole step, measured like for like: one process, 1 and 2
+    threads in alternating rounds, wall time throughout (steal time and waits count for both)."""
+    from tsmix.forecasting import build_model
+
+    cfg = _preset_cfg()
+    data, batches = _batches(cfg, args.data_dir, 4)
+    torch.manual_seed(0)
+    fns = {"tsmix softmax": _trainer(build_model(cfg, data.x_channels), batches)}
+    if args.official:
+        torch.manual_seed(0)
+        fns["official PatchTST"] = _trainer(_official_model(args.official, cfg, data.x_channels), batches)
+    wall: dict[tuple[str, int], list[float]] = {(k, th): [] for k in fns for th in (1, 2)}
+    for _ in range(args.rounds):
+        for th in (1, 2):
+            torch.set_num_threads(th)
+            for k, step in fns.items():
+                step()  # the first step at a new thread count warms its pool
+                t0 = time.perf_counter()
+                step()
+                wall[k, th].append(time.perf_counter() - t0)
+    torch.set_num_threads(args.threads)
+    med = {key: statistics.median(v) for key, v in wall.items()}
+    log(f"## thread scaling of the training step, PatchTST paper preset ETTh1 L=336 H=96 batch 128: "
+        f"wall ms, median of {args.rounds} rounds alternating 1 and 2 threads in one process")
+    log(f"  {'model':20s} {'1 thread':>9s} {'2 threads':>9s} {'gain':>6s}")
+    for k in fns:
+        a, b = med[k, 1] * 1e3, med[k, 2] * 1e3
+        log(f"  {k:20s} {a:9.1f} {b:9.1f} {a / b:6.2f}")
+    if args.official:
+        o, t = "official PatchTST", "tsmix softmax"
+        log(f"  official/tsmix: {med[o, 1] / med[t, 1]:.2f}x at 1 thread, "
+            f"{med[o, 2] / med[t, 2]:.2f}x at 2 threads")
+
+
+def _kernels() -> dict[str, Callable[[], object]]:
+    """The patch step's big kernels alone (PatchTST ETTh preset: 896 sequences x 42 patches,
+    d_model 16, 4 heads, FFN 128; 37,632 tokens), plus two controls: a 64 MiB copy (bound by
+    memory bandwidth) and a 1024^3 GEMM (bound by arithmetic)."""
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen)
+
+    t, f, d, m, n, dh = 896 * 42, 128, 16, 896 * 4, 42, 4
+    x, w1, w2, hid, ghid = rand(t, d), rand(d, f), rand(f, d), rand(t, f), rand(t, f)
+    q, k = rand(m, dh, n), rand(m, dh, n)  # channel-major head blocks, as attention_t holds them
+    s = rand(m, n, n)
+    p, gp = torch.softmax(s, -1), rand(m, n, n)
+    bits = torch.empty(t * f // 4, dtype=torch.int64)  # fast_dropout's draw for one (t, f) mask
+    src, dst = rand(16 << 20), torch.empty(16 << 20)
+    a, b = rand(1024, 1024), rand(1024, 1024)
+    return {
+        "FFN up mm (37632,16)x(16,128)": lambda: x @ w1,
+        "FFN down mm (37632,128)x(128,16)": lambda: hid @ w2,
+        "GELU (37632,128)": lambda: F.gelu(hid),
+        "GELU backward": lambda: torch.ops.aten.gelu_backward(ghid, hid),
+        "elementwise mul (37632,128)": lambda: hid * ghid,
+        "score bmm (3584,42,4)x(3584,4,42)": lambda: torch.bmm(q.transpose(1, 2), k),
+        "softmax (3584,42,42)": lambda: torch.softmax(s, -1),
+        "softmax backward": lambda: torch.ops.aten._softmax_backward_data(gp, p, -1, p.dtype),
+        "dropout draw (int64 random_, 1.2M)": lambda: bits.random_(-(2**63), 2**63 - 1),
+        "control: copy 64 MiB": lambda: dst.copy_(src),
+        "control: GEMM 1024^3": lambda: a @ b,
+    }
+
+
+def section_kernels(args, log) -> None:
+    """Each kernel alone at 1 and at 2 threads, wall time, medians of alternating rounds: the
+    second core's gain per kind of work. The step cannot gain more than the kernels it is made of
+    (:func:`section_profile` weighs them)."""
+    fns = _kernels()
+    times: dict[int, dict[str, list[float]]] = {1: {k: [] for k in fns}, 2: {k: [] for k in fns}}
+    for _ in range(args.rounds):
+        for th in (1, 2):
+            torch.set_num_threads(th)
+            for k, f in fns.items():
+                f()  # warm: the pool at this thread count, the output's memory
+                t0 = time.perf_counter()
+                f()
+                f()
+                times[th][k].append((time.perf_counter() - t0) / 2)
+    torch.set_num_threads(args.threads)
+    log(f"## kernels of the patch step alone: wall ms at 1 and 2 threads (median of {args.rounds} "
+        "alternating rounds) and the gain from the second thread")
+    log(f"  {'kernel':40s} {'1 thread':>9s} {'2 threads':>9s} {'gain':>6s}")
+    for k in fns:
+        a, b = (statistics.median(times[th][k]) * 1e3 for th in (1, 2))
+        log(f"  {k:40s} {a:9.2f} {b:9.2f} {a / b:6.2f}")
+
+
 def section_mixers(args, log) -> None:
     from tsmix import available_mixers, build_mixer, mixer_spec
 
@@ -356,6 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lookbacks", action="store_true")
     ap.add_argument("--profile", action="store_true",
                     help="op-by-op profile of the step at 1 and at 2 threads (not in the default set)")
+    ap.add_argument("--scaling", action="store_true",
+                    help="the step at 1 and 2 threads alternating in one process (wall), with --official")
+    ap.add_argument("--kernels", action="store_true",
+                    help="the step's kernels alone at 1 and 2 threads, with bandwidth and GEMM controls")
     ap.add_argument("--official", default=None, help="checkout of github.com/yuqinie98/PatchTST (for --step)")
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--rounds", type=int, default=5)
@@ -393,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"# bench_step: torch {torch.__version__}, {args.threads} thread(s), {clock}, malloc {args.malloc}, "
         f"load average {load}; {processor()}")
     log(f"# command: python benchmarks/bench_step.py {' '.join(argv if argv is not None else sys.argv[1:])}")
-    chosen = [s for s in ("step", "mixers", "inference", "lookbacks", "profile") if getattr(args, s)]
+    sections = ("step", "mixers", "inference", "lookbacks", "profile", "scaling", "kernels")
+    chosen = [s for s in sections if getattr(args, s)]
     for s in chosen or ["step", "mixers", "inference", "lookbacks"]:
         globals()[f"section_{s}"](args, log)
     if args.out:
