@@ -26,6 +26,10 @@ over the four horizons and puts its test score beside the published anchors. Fit
 saved under ``--runs`` and loaded from there when present, so new combinations can be scored
 without training again. Resumable: only candidates whose rows are not in the CSV yet are scored.
 
+``--seed-ensemble`` (with two or more ``--seeds``) also scores every candidate with each member
+replaced by the mean of its fits over those seeds (rows under the seed ``2021+2022+...``): the
+seed ensemble, selected on validation like any other candidate.
+
 ``--refit`` adds tsmix tune's champion protocol: each member is trained again on train+val for
 the epoch count at which its train-only fit was best on validation, and every candidate gets a
 twin ``<candidate>@tv`` scored on test with those members. It is selected by its train-only
@@ -190,7 +194,10 @@ def score(combo: tuple[str, ...], fitted: dict, refit: bool, vals: dict) -> dict
     from tsmix.forecasting.ensemble import Ensemble
 
     def model(group):
-        return group[combo[0]] if len(combo) == 1 else Ensemble([group[n] for n in combo])
+        # a member is one fit, or a list of fits (its seed ensemble): every fit weighs alike, so
+        # with the same seeds for every member this is the mean of the members' seed means
+        fits = [f for n in combo for f in (group[n] if isinstance(group[n], list) else [group[n]])]
+        return fits[0] if len(fits) == 1 else Ensemble(fits)
 
     sel = model(fitted["train"])
     if combo not in vals:
@@ -198,7 +205,7 @@ def score(combo: tuple[str, ...], fitted: dict, refit: bool, vals: dict) -> dict
     val = vals[combo]
     final = model(fitted["tv"]) if refit else sel
     test, paper = final.evaluate("test"), final.evaluate("test", "paper")
-    members_mse = ";".join(f"{m:.6f}" for m in test["members"]) if len(combo) > 1 else ""
+    members_mse = ";".join(f"{m:.6f}" for m in test["members"]) if "members" in test else ""
     return {"val_mse": val, "mse": test["mse"], "mae": test["mae"], "mse_paper": paper["mse"],
             "windows": test["windows"], "members_mse": members_mse}
 
@@ -233,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refit", action="store_true",
                     help="also refit every member on train+val for its best epoch count (tsmix tune's "
                          "champion protocol) and score each candidate's refit twin (<candidate>@tv) on test")
+    ap.add_argument("--seed-ensemble", action="store_true",
+                    help="also score every candidate with each member averaged over all --seeds "
+                         "(rows under the seed '2021+2022+...')")
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--runs", default="anchor-runs",
                     help="folder for the fitted members (a member saved there is loaded, not fitted again)")
@@ -256,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"rlinear-{args.rlinear_center} (the rows and fits of 'rlinear' are mean-centred)")
     if not (args.variate_label == "itransformer" or args.variate_label.startswith("itransformer-")):
         ap.error(f"--variate-label must be itransformer or itransformer-<tag>, got {args.variate_label!r}")
+    seeds = [int(x) for x in args.seeds.split(",")]
+    if args.seed_ensemble and (len(set(seeds)) < 2 or args.refit):
+        ap.error("--seed-ensemble needs two or more distinct --seeds and no --refit")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
     label = {"rlinear": args.rlinear_label, "itransformer": args.variate_label}
     labels = [label.get(n, n) for n in names]
@@ -263,15 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted += [("+".join(c) + "@tv", True) for c in candidates(labels)] if args.refit else []
     done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
     commit = args.commit or git_commit()
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in seeds:
         for dataset in args.datasets.split(","):
-            study_name = args.rlinear_study_name.format(dataset=dataset)
-            rl = {}
-            if "rlinear" in names:
-                rl = (rlinear_params_csv(args.rlinear_trials, study_name) if args.rlinear_trials
-                      else rlinear_params(args.rlinear_study, study_name))
-                if args.rlinear_center != "mean":
-                    rl["revin_center"] = args.rlinear_center
+            rl = rlinear_settings(args, names, dataset)
             for horizon in (int(h) for h in args.horizons.split(",")):
                 key = (dataset, str(horizon), str(seed))
                 todo = [(c, refit) for c, refit in wanted
@@ -280,22 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
                       flush=True)
-                fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
-                folder = Path(args.runs) / dataset / str(horizon) / str(seed)
-                for name, make in members(names, dataset, horizon, seed, args.mixer, rl, label,
-                                          variate).items():
-                    run = folder / (f"{name}-{args.mixer}" if uses_mixer(name) else name)
-                    f, secs = fit_or_load(make, run, dataset, args.data_dir)
-                    fitted["train"][name], seconds["train"][name] = f, secs
-                    print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
-                          f"({secs:.0f} s)", flush=True)
-                    if args.refit:  # as long as the train-only fit took to its best validation epoch
-                        epochs = max(1, int(f.metrics_["best_epoch"]))
-                        g, secs = fit_or_load(make, run.with_name(run.name + "@tv"), dataset,
-                                              args.data_dir, epochs=epochs, train_on="train+val")
-                        fitted["tv"][name], seconds["tv"][name] = g, secs
-                        print(f"    {name}@tv ({epochs} epochs): test {g.metrics_['mse']:.4f} ({secs:.0f} s)",
-                              flush=True)
+                fitted, seconds = fit_members(args, names, dataset, horizon, seed, rl, label, variate)
                 rows, vals = [], {}
                 for cand, refit in todo:
                     combo = members_of(cand)
@@ -312,7 +304,84 @@ def main(argv: list[str] | None = None) -> int:
                 append_csv(out, FIELDS, rows)  # one block per (dataset, horizon, seed): all or none
                 for r in rows:
                     print(f"    {r['candidate']:<30} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
+    if args.seed_ensemble:
+        seed_ensembles(args, names, seeds, label, labels, variate, out, done, commit)
     return 0
+
+
+def rlinear_settings(args, names: list[str], dataset: str) -> dict:
+    """The RLinear member's settings for ``dataset`` (empty without the rlinear member)."""
+    if "rlinear" not in names:
+        return {}
+    study_name = args.rlinear_study_name.format(dataset=dataset)
+    rl = (rlinear_params_csv(args.rlinear_trials, study_name) if args.rlinear_trials
+          else rlinear_params(args.rlinear_study, study_name))
+    if args.rlinear_center != "mean":
+        rl["revin_center"] = args.rlinear_center
+    return rl
+
+
+def fit_members(args, names: list[str], dataset: str, horizon: int, seed: int, rl: dict,
+                label: dict[str, str], variate: dict) -> tuple[dict, dict]:
+    """Every member of one (dataset, horizon, seed) fitted or loaded from ``--runs``, and its refit
+    twin with ``--refit``: ``({"train": {name: fit}, "tv": {...}}, seconds alike)``."""
+    fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
+    folder = Path(args.runs) / dataset / str(horizon) / str(seed)
+    for name, make in members(names, dataset, horizon, seed, args.mixer, rl, label, variate).items():
+        run = folder / (f"{name}-{args.mixer}" if uses_mixer(name) else name)
+        f, secs = fit_or_load(make, run, dataset, args.data_dir)
+        fitted["train"][name], seconds["train"][name] = f, secs
+        print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
+              f"({secs:.0f} s)", flush=True)
+        if args.refit:  # as long as the train-only fit took to its best validation epoch
+            epochs = max(1, int(f.metrics_["best_epoch"]))
+            g, secs = fit_or_load(make, run.with_name(run.name + "@tv"), dataset,
+                                  args.data_dir, epochs=epochs, train_on="train+val")
+            fitted["tv"][name], seconds["tv"][name] = g, secs
+            print(f"    {name}@tv ({epochs} epochs): test {g.metrics_['mse']:.4f} ({secs:.0f} s)",
+                  flush=True)
+    return fitted, seconds
+
+
+def seed_ensembles(args, names: list[str], seeds: list[int], label: dict[str, str], labels: list[str],
+                   variate: dict, out: Path, done: set, commit: str) -> None:
+    """Every candidate with each member the mean of its fits over ``seeds`` (those fits are the
+    per-seed runs' own, loaded from ``--runs``), scored and written like the single-seed rows under
+    the seed ``"2021+2022+..."``; its training seconds are the fits' recorded ``fit_seconds``
+    summed (loaded fits report those; a fresh fit's row counts its whole ``fit`` call)."""
+    from tsmix.forecasting.benchmark.store import append_csv
+
+    tag = "+".join(str(s) for s in seeds)
+    wanted = ["+".join(c) for c in candidates(labels)]
+    for dataset in args.datasets.split(","):
+        rl = rlinear_settings(args, names, dataset)
+        for horizon in (int(h) for h in args.horizons.split(",")):
+            todo = [c for c in wanted
+                    if (dataset, str(horizon), tag, mixer_label(members_of(c), args.mixer), c) not in done]
+            if not todo:
+                continue
+            print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed ensemble {tag}", flush=True)
+            group: dict[str, list] = {n: [] for n in labels}
+            seconds = dict.fromkeys(labels, 0.0)
+            for seed in seeds:
+                fitted, secs = fit_members(args, names, dataset, horizon, seed, rl, label, variate)
+                for n in labels:
+                    group[n].append(fitted["train"][n])
+                    seconds[n] += secs["train"][n]
+            rows, vals = [], {}
+            for cand in todo:
+                combo = members_of(cand)
+                rows.append({
+                    "dataset": dataset, "horizon": horizon, "seed": tag,
+                    "mixer": mixer_label(combo, args.mixer), "candidate": cand, "size": len(combo),
+                    **score(combo, {"train": group}, False, vals),
+                    "train_seconds": round(sum(seconds[n] for n in combo), 1),
+                    "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
+                    "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                })
+            append_csv(out, FIELDS, rows)
+            for r in rows:
+                print(f"    {r['candidate']:<30} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -60,3 +60,51 @@ def test_a_last_centred_rlinear_needs_its_own_label(capsys):
         run.main(["--members", "rlinear", "--rlinear-center", "last",
                   "--rlinear-trials", str(ROOT / "benchmarks" / "anchors" / "studies.csv")])
     assert "--rlinear-label rlinear-last" in capsys.readouterr().err
+
+
+def test_a_seed_ensemble_needs_two_seeds_and_no_refit(capsys):
+    for extra in (["--seeds", "2021"], ["--seeds", "2021,2021"], ["--seeds", "2021,2022", "--refit"]):
+        with pytest.raises(SystemExit):
+            run.main(["--members", "dlinear", "--seed-ensemble", *extra])
+        assert "--seed-ensemble needs two or more distinct --seeds" in capsys.readouterr().err
+
+
+def test_seed_ensembles_average_every_members_fits_over_the_seeds(tmp_path, monkeypatch, data_dir):
+    """Cheap members (1 epoch, L=48) stand in for the real ones; the seed-ensemble rows must be the
+    equal-weight mean of the per-seed fits the single-seed rows scored."""
+    import csv
+
+    from tsmix.forecasting import Forecaster
+
+    def cheap(names, dataset, horizon, seed, mixer, rl, labels, variate=None):
+        common = dict(horizon=horizon, lookback=48, epochs=1, seed=seed, threads=1, progress=False)
+        return {labels.get(n, n): (lambda model=n, **o: Forecaster(model=model, **{**common, **o}))
+                for n in names}
+
+    monkeypatch.setattr(run, "members", cheap)
+    out, runs = tmp_path / "rows.csv", tmp_path / "runs"
+    argv = ["--datasets", "ETTh1", "--horizons", "24", "--seeds", "2021,2022", "--members", "rlinear,dlinear",
+            "--rlinear-trials", str(ROOT / "benchmarks" / "anchors" / "studies.csv"), "--seed-ensemble",
+            "--data-dir", str(data_dir), "--runs", str(runs), "--out", str(out), "--commit", "test"]
+    assert run.main(argv) == 0
+    with open(out, newline="") as fh:
+        rows = {(r["seed"], r["candidate"]): r for r in csv.DictReader(fh)}
+    assert set(rows) == {(s, c) for s in ("2021", "2022", "2021+2022")
+                         for c in ("rlinear", "dlinear", "rlinear+dlinear")}
+    single = {(s, m): float(rows[s, m]["mse"]) for s in ("2021", "2022") for m in ("rlinear", "dlinear")}
+    assert single["2021", "dlinear"] != single["2022", "dlinear"]  # the seeds did train apart
+    for cand, members in (("dlinear", ["dlinear"]), ("rlinear+dlinear", ["rlinear", "dlinear"])):
+        row = rows["2021+2022", cand]
+        parts = [float(m) for m in row["members_mse"].split(";")]
+        # every member's fit of every seed, each the very fit its single-seed row scored
+        assert parts == pytest.approx([single[s, m] for m in members for s in ("2021", "2022")], abs=1e-6)
+        # MSE is convex: the mean forecast scores at most the mean of its parts' scores
+        assert float(row["mse"]) <= sum(parts) / len(parts) + 1e-9
+        # the fits' own recorded training time, summed (they were loaded, not trained again)
+        took = sum(Forecaster.load(runs / "ETTh1" / "24" / s / m).metrics_["fit_seconds"]
+                   for s in ("2021", "2022") for m in members)
+        assert float(row["train_seconds"]) == pytest.approx(took, abs=0.1)
+    n = len(rows)
+    assert run.main(argv) == 0  # resumable: nothing left to score, no row twice
+    with open(out, newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == n
