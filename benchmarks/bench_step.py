@@ -22,8 +22,9 @@ ratio always comes from one run. Sections (any combination; default: all but --o
                 epoch cost = step x steps/epoch, fitted exponent.
   --profile     (only when asked) the tsmix step op by op at 1 and at 2 threads: self time per
                 step of each op and its gain from the second thread.
-  --scaling     (only when asked) thread scaling of the step, tsmix softmax and (with
-                ``--official``) the official model: 1 and 2 threads alternating in one process, wall
+  --scaling     (only when asked) thread scaling of the step, tsmix softmax (eager, or as
+                ``--scaling-modes`` lists: bf16-mixed, compile) and (with ``--official``) the
+                official model: 1 and 2 threads alternating in one process, wall
                 time for every figure (the --step section times 1 thread in process CPU time and 2
                 threads in wall time, runs apart: a ratio across those mixes clocks and runs).
   --kernels     (only when asked) the step's largest kernels alone, at the step's own shapes, at
@@ -160,15 +161,19 @@ def _official_model(path: str, cfg, channels: int) -> torch.nn.Module:
     return Model(conf)
 
 
-def _trainer(model: torch.nn.Module, batches) -> Callable[[], None]:
+def _trainer(model: torch.nn.Module, batches, bf16: bool = False) -> Callable[[], None]:
+    """One Adam step per call over ``batches`` in turn; ``bf16``: the forward and loss under bf16
+    autocast, as the engine's ``precision="bf16-mixed"`` runs them."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     model.train()
     state = {"i": 0}
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
 
     def step() -> None:
         x, y = batches[state["i"] % len(batches)]
         state["i"] += 1
-        loss = F.mse_loss(model(x), y)
+        with cast():
+            loss = F.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -271,8 +276,18 @@ def section_scaling(args, log) -> None:
 
     cfg = _preset_cfg()
     data, batches = _batches(cfg, args.data_dir, 4)
-    torch.manual_seed(0)
-    fns = {"tsmix softmax": _trainer(build_model(cfg, data.x_channels), batches)}
+    fns = {}
+    for mode in args.scaling_modes:  # the engine's options: precision="bf16-mixed", compile=True
+        torch.manual_seed(0)
+        model = build_model(cfg, data.x_channels)
+        name = "tsmix softmax" + ("" if mode == "eager" else f", {mode}")
+        fns[name] = _trainer(torch.compile(model) if mode == "compile" else model, batches,
+                             bf16=mode == "bf16-mixed")
+        if mode == "compile":  # compiled on the first calls: kept out of the timed rounds
+            for th in (1, 2):
+                torch.set_num_threads(th)
+                fns[name]()
+                fns[name]()
     if args.official:
         torch.manual_seed(0)
         fns["official PatchTST"] = _trainer(_official_model(args.official, cfg, data.x_channels), batches)
@@ -289,11 +304,11 @@ def section_scaling(args, log) -> None:
     med = {key: statistics.median(v) for key, v in wall.items()}
     log(f"## thread scaling of the training step, PatchTST paper preset ETTh1 L=336 H=96 batch 128: "
         f"wall ms, median of {args.rounds} rounds alternating 1 and 2 threads in one process")
-    log(f"  {'model':20s} {'1 thread':>9s} {'2 threads':>9s} {'gain':>6s}")
+    log(f"  {'model':28s} {'1 thread':>9s} {'2 threads':>9s} {'gain':>6s}")
     for k in fns:
         a, b = med[k, 1] * 1e3, med[k, 2] * 1e3
-        log(f"  {k:20s} {a:9.1f} {b:9.1f} {a / b:6.2f}")
-    if args.official:
+        log(f"  {k:28s} {a:9.1f} {b:9.1f} {a / b:6.2f}")
+    if args.official and "eager" in args.scaling_modes:
         o, t = "official PatchTST", "tsmix softmax"
         log(f"  official/tsmix: {med[o, 1] / med[t, 1]:.2f}x at 1 thread, "
             f"{med[o, 2] / med[t, 2]:.2f}x at 2 threads")
@@ -457,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="op-by-op profile of the step at 1 and at 2 threads (not in the default set)")
     ap.add_argument("--scaling", action="store_true",
                     help="the step at 1 and 2 threads alternating in one process (wall), with --official")
+    ap.add_argument("--scaling-modes", nargs="+", default=["eager"],
+                    choices=("eager", "bf16-mixed", "compile"),
+                    help="--scaling: the tsmix step as the engine runs it with these options")
     ap.add_argument("--kernels", action="store_true",
                     help="the step's kernels alone at 1 and 2 threads, with bandwidth and GEMM controls")
     ap.add_argument("--official", default=None, help="checkout of github.com/yuqinie98/PatchTST (for --step)")

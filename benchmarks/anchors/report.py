@@ -239,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             "    --members rlinear,dlinear,itransformer --mixer fem-aft --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok --rlinear-center last \\\n"
             "    --rlinear-label rlinear-last --rlinear-trials benchmarks/anchors/studies.csv\n"
+            "# ETTh1, ETTh2 (session 16): seeds 2022 and 2023 of the linear members, and each\n"
+            "# candidate with its members averaged over the three seeds (seed 2021+2022+2023)\n"
+            "python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021,2022,2023 \\\n"
+            "    --members rlinear,dlinear --seed-ensemble \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
