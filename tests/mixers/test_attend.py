@@ -67,6 +67,27 @@ def test_attend_t_equals_the_plain_read_float64(n, causal, blocks, monkeypatch):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+def test_attend_t_under_bf16_autocast_runs_in_float32(causal):
+    """Under CPU autocast (the engine's bf16-mixed, backward inside the region too) ``attend_t``
+    takes bf16 inputs, computes in float32 and hands back bf16: equal to the float32 read of the
+    same bf16 values (and the same bf16 output gradient), outputs and gradients, up to the final
+    cast."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(5, 4, 9, generator=gen).bfloat16().requires_grad_() for _ in range(3))
+    w = torch.randn(5, 4, 9, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = A.attend_t(q, k, v, causal)
+        gy = torch.autograd.grad((y.float() * w).sum(), (q, k, v))
+    assert y.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in gy)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    r = A.attend_t(q32, k32, v32, causal)
+    gr = torch.autograd.grad((r * w.bfloat16().float()).sum(), (q32, k32, v32))  # y's grad is bf16
+    torch.testing.assert_close(y, r.bfloat16(), rtol=0, atol=0)
+    for a, b in zip(gy, gr):
+        torch.testing.assert_close(a, b.bfloat16(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [1, 7, 42])
 @pytest.mark.parametrize("bias", [True, False])
 def test_softmax_channel_major_path_taken_and_equals_reference(causal, n, bias, spy, same_map):

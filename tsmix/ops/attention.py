@@ -135,8 +135,9 @@ class _AttendT(torch.autograd.Function):
         masked = ~causal_mask(n, q.device) if causal else None  # (N_t, N_s)
         r = v.new_empty(v.shape)  # (M, d_v, N)
         p = q.new_empty(m, n, n)  # the weights of every block, kept for the backward (as autograd would)
-        for b in score_blocks(m, n, q.device):
-            torch.bmm(v[b], _weights(q[b], k[b], scale, masked, out=p[b]).transpose(1, 2), out=r[b])
+        with torch.autocast(q.device.type, enabled=False):  # out= buffers: no casts inside (attend_t)
+            for b in score_blocks(m, n, q.device):
+                torch.bmm(v[b], _weights(q[b], k[b], scale, masked, out=p[b]).transpose(1, 2), out=r[b])
         ctx.save_for_backward(q, k, v, r, p)
         ctx.scale = scale
         return r
@@ -145,19 +146,31 @@ class _AttendT(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g):
         q, k, v, r, p = ctx.saved_tensors
-        g = g.contiguous()
+        g = g.contiguous().to(v.dtype)
         gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        rg = (r * g).sum(1).unsqueeze(-1)  # (M, N_t, 1): softmax backward's row term
-        for b in score_blocks(q.shape[0], q.shape[2], q.device):
-            torch.bmm(g[b], p[b], out=gv[b])
-            ds = torch.bmm(g[b].transpose(1, 2), v[b]).sub_(rg[b]).mul_(p[b]).mul_(ctx.scale)  # (m, Nt, Ns)
-            torch.bmm(k[b], ds.transpose(1, 2), out=gq[b])
-            torch.bmm(q[b], ds, out=gk[b])
+        # a backward called inside an autocast region would cast the bmms against their out= buffers
+        with torch.autocast(q.device.type, enabled=False):
+            rg = (r * g).sum(1).unsqueeze(-1)  # (M, N_t, 1): softmax backward's row term
+            for b in score_blocks(q.shape[0], q.shape[2], q.device):
+                torch.bmm(g[b], p[b], out=gv[b])
+                # (m, Nt, Ns)
+                ds = torch.bmm(g[b].transpose(1, 2), v[b]).sub_(rg[b]).mul_(p[b]).mul_(ctx.scale)
+                torch.bmm(k[b], ds.transpose(1, 2), out=gq[b])
+                torch.bmm(q[b], ds, out=gk[b])
         return gq, gk, gv, None
 
 
 def attend_t(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
     """``v @ attention_weights_t(q, k, causal)`` for channel-major blocks ``q, k (M, d, N)``,
     ``v (M, d_v, N)`` -> ``(M, d_v, N)``, blocked over the batch with a hand-written backward
-    (:class:`_AttendT`); the small-head read of :func:`tsmix.mixers.softmax.attention_t`."""
+    (:class:`_AttendT`); the small-head read of :func:`tsmix.mixers.softmax.attention_t`.
+
+    Under autocast it runs in float32 and returns the input dtype: at these head dims the bmms are
+    bandwidth-bound, so bf16 buys nothing, while a bf16 softmax and its backward are slower on CPU
+    (``benchmarks/bench_engine.py``)."""
+    dtype = q.dtype
+    if dtype != torch.float32 and torch.is_autocast_enabled(q.device.type):
+        with torch.autocast(q.device.type, enabled=False):
+            r = _AttendT.apply(q.float().contiguous(), k.float().contiguous(), v.float().contiguous(), causal)
+        return r.to(dtype)
     return _AttendT.apply(q.contiguous(), k.contiguous(), v.contiguous(), causal)
