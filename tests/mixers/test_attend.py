@@ -66,6 +66,30 @@ def test_attend_t_equals_the_plain_read_float64(n, causal, blocks, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
+def test_attend_t_traced_by_torch_compile_is_the_plain_read_float64(monkeypatch):
+    """Under ``torch.compile`` ``attend_t`` is one bmm by the transposed weights (not the blocked
+    custom Function, which a trace unrolls block by block), equal to eager in value and gradient."""
+    monkeypatch.setattr(A, "SCORE_BLOCK_ELEMS", 3 * 9 * 9)  # eager: 3 blocks
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(7, 4, 9, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(3))
+    torch._dynamo.reset()
+    y = torch.compile(A.attend_t, backend=backend, fullgraph=True)(q, k, v, False)
+    targets = [n.target for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.bmm) == 1 and not any("autograd_function" in str(t) for t in targets)
+    r = A.attend_t(q, k, v, False)
+    torch.testing.assert_close(y, r, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(y)
+    for a, b in zip(*(torch.autograd.grad((t * w).sum(), (q, k, v)) for t in (y, r))):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_attend_t_under_bf16_autocast_runs_in_float32(causal):
     """Under CPU autocast (the engine's bf16-mixed, backward inside the region too) ``attend_t``
