@@ -118,9 +118,9 @@ class ForecasterConfig:
     grad_clip: float | None = _f(None, "max global grad norm; None = no clipping (official)")
     # engine knobs (tsmix.engine.EngineConfig); defaults are the plain loop every earlier run used
     precision: str = _f("32", "32 | bf16-mixed (autocast; weights and optimizer stay fp32); on CPU it "
-                         "no longer speeds up the patch encoder (benchmarks/bench_engine.txt)",
+                         "speeds up the patch encoder by 3% at most (benchmarks/bench_engine.txt)",
                          choices=PRECISIONS)
-    compile: bool = _f(False, "torch.compile the network for training and validation; on CPU it is ~2x "
+    compile: bool = _f(False, "torch.compile the network for training and validation; on CPU it is ~1.4x "
                        "slower per step than eager for the patch encoder (benchmarks/bench_engine.txt)")
     grad_accum: int = _f(1, "micro-batches per optimizer step (the batch is cut in this many; same update)")
     drop_last: bool = _f(True, "drop the last partial training batch (official loaders do)")
