@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The GPU checks of issues #21 and #22, prepared to run on a lent GPU machine (the `device` tool).
+# Here first: `bash benchmarks/gpu/prepare.sh` (wheels and data into ignored folders), then
+#   run(command="bash benchmarks/gpu/check.sh", carry=[".whl", ".gpu-data"], timeout_s=420)
+# and, with the device time left, a second call for the paper-recipe rows:
+#   run(command="PAPER_SECONDS=480 bash benchmarks/gpu/check.sh paper", carry=[...], timeout_s=560)
+# Parts (arguments; default "tests speed"), each under its own time limit:
+#   tests  tests/test_devices.py: every mixer and model on the GPU vs float64 on the CPU (outputs,
+#          gradients), a Forecaster fitted there, bf16-mixed                              (150 s)
+#   speed  tsmix benchmark-speed, CUDA wall time: the patch/variate shapes with batch as an axis
+#          (90 s), then the N x D sweep (120 s)
+#   paper  the patch encoder's paper recipe on ETTm1, ETTm2, Weather (H=96, seed 2021, softmax;
+#          the Forecaster's device "auto" takes the GPU); a row per finished run (PAPER_SECONDS)
+# Everything lands in $OUT/gpu.tar.gz plus $OUT/check.log. Back here, unpack it in the repository
+# root: rows go to benchmarks/results/paper/rows/*.gpu.csv (the shard "gpu"), the speed files to
+# benchmarks/speed/cuda/, logs to benchmarks/gpu/; then `tsmix benchmark-report --suite paper`.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUT=${OUT:-/tmp/tsmix-gpu-out}
+mkdir -p "$OUT"
+STAGE=$(mktemp -d)
+mkdir -p "$STAGE/benchmarks/gpu" "$STAGE/benchmarks/speed/cuda" "$STAGE/benchmarks/results"
+LOG="$STAGE/benchmarks/gpu/check.log"
+exec > >(tee "$LOG") 2>&1
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+PY=${PYTHON:-python3}
+DEV=${CHECK_DEVICE:-cuda}  # CHECK_DEVICE=cpu tries the script on a machine without a GPU
+PARTS=("$@")
+[ ${#PARTS[@]} -eq 0 ] && PARTS=(tests speed)
+wants() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
+
+pack() {  # whatever state the parts reached comes back
+    cp "$LOG" "$OUT/check.log" 2>/dev/null
+    tar -C "$STAGE" -czf "$OUT/gpu.tar.gz" benchmarks
+    echo "packed: $(tar -tzf "$OUT/gpu.tar.gz" | grep -v '/$' | tr '\n' ' ')"
+}
+trap pack EXIT
+
+echo "# tsmix GPU check, $(date -u +%FT%TZ), parts: ${PARTS[*]}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4
+
+# -- install: the carried wheels, then tsmix itself (root folders map to tsmix.* in setup.py)
+SITE=/tmp/tsmix-site
+if ! ls .whl/*.whl >/dev/null 2>&1; then
+    echo "no .whl/: run benchmarks/gpu/prepare.sh here and carry .whl"; exit 2
+fi
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+    || { echo "installing the carried wheels failed"; exit 2; }
+if ! $PY -m pip install -q --no-deps --no-build-isolation --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" "$ROOT"; then  # an image whose setuptools cannot build it: the same layout by hand
+    echo "pip could not build tsmix here; laying out the package as setup.py maps it"
+    rm -rf "$SITE/tsmix" && cp -r tsmix "$SITE/tsmix"
+    for f in datasets forecasting models tuning; do cp -r "$f" "$SITE/tsmix/$f"; done
+fi
+if [ -f .gpu-data/COMMIT ]; then  # what git archive would have written: rows name the commit
+    read -r FULL SHORT < .gpu-data/COMMIT
+    printf 'FULL = "%s"\nSHORT = "%s"\n' "$FULL" "$SHORT" > "$SITE/tsmix/_archive.py"
+fi
+export PYTHONPATH="$SITE"
+# Python puts the working directory first on its path, and the repository root holds a bare
+# tsmix/ (the core alone): every Python command runs from outside it.
+WORK=$(mktemp -d)
+cd "$WORK"
+$PY - <<'PYEOF'
+import torch, tsmix
+from tsmix.provenance import git_commit
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, device "
+      f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NONE'}; tsmix {git_commit()} "
+      f"from {tsmix.__file__}")
+PYEOF
+
+if wants tests; then
+    echo "## tests/test_devices.py"
+    # the device is named, so a GPU the test cannot see fails here instead of skipping
+    TSMIX_TEST_DEVICES=$DEV timeout 150 $PY -m pytest -q -p no:cacheprovider -o addopts="--import-mode=importlib -ra" \
+        "$ROOT/tests/test_devices.py" 2>&1 | tee "$STAGE/benchmarks/gpu/test_devices.txt" | tail -25
+fi
+
+if wants speed; then
+    echo "## speed: encoder shapes"
+    timeout 90 $PY -m tsmix benchmark-speed --device "$DEV" --shapes patch variate --rounds 7 \
+        --out "$STAGE/benchmarks/speed/cuda" | tail -45
+    echo "## speed: N x D sweep"
+    timeout 120 $PY -m tsmix benchmark-speed --device "$DEV" --time-budget 1 --mem-budget 60000 \
+        --out "$STAGE/benchmarks/speed/cuda" | tail -30
+fi
+
+if wants paper; then
+    echo "## paper recipe, patch encoder, on the GPU"
+    if [ -f "$ROOT/.gpu-data/data.tar.xz" ]; then
+        DATA=$(mktemp -d)
+        tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
+        # rows are written into the staging folder's results only when a run finishes
+        timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models patchtst --mixers softmax \
+            --datasets ETTm1 ETTm2 Weather --horizons 96 --seeds 2021 --shard gpu --data-dir "$DATA" \
+            --results "$STAGE/benchmarks/results" --no-report 2>&1 | tail -20
+    else
+        echo "no .gpu-data/data.tar.xz: run benchmarks/gpu/prepare.sh here and carry .gpu-data"
+    fi
+fi
