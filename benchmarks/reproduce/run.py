@@ -39,13 +39,22 @@ FIELDS = [
 KEY = ("dataset", "horizon", "lookback", "model", "mixer", "seed", "patience", "epochs_max")
 
 
+def mixer_label(mixer: str, options: dict) -> str:
+    """The row's mixer column: the name, plus the options given on the command line, e.g.
+    ``nrgpt[steps=1]`` (so a variant is its own key and its own table section)."""
+    return mixer + ("[" + ",".join(f"{k}={v}" for k, v in sorted(options.items())) + "]" if options else "")
+
+
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,
-            epochs: int | None, threads: int, data_dir: str | None, lookback: int | None = None) -> dict:
+            epochs: int | None, threads: int, data_dir: str | None, lookback: int | None = None,
+            mixer_options: dict | None = None) -> dict:
     from tsmix.forecasting import Forecaster
 
     overrides = dict(seed=seed, threads=threads, progress=False)
     if model != "dlinear":
         overrides["mixer"] = mixer
+        if mixer_options:
+            overrides["mixer_options"] = dict(mixer_options)
     if patience is not None:
         overrides["patience"] = patience
     if epochs is not None:
@@ -67,7 +76,8 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
     m, cfg = f.metrics_, f.config.resolved()
     return {
         "dataset": dataset, "horizon": horizon, "lookback": cfg.lookback, "model": model,
-        "mixer": cfg.mixer if model != "dlinear" else "-", "seed": seed, "patience": cfg.patience,
+        "mixer": mixer_label(cfg.mixer, cfg.mixer_options) if model != "dlinear" else "-", "seed": seed,
+        "patience": cfg.patience,
         "epochs_max": cfg.epochs, "mse": fair["mse"], "mae": fair["mae"], "mse_paper": paper["mse"],
         "mae_paper": paper["mae"], "windows": fair["windows"], "windows_paper": paper["windows"],
         "test_batch_size": cfg.test_batch_size, "val_mse": m["val_mse"], "epochs": m["epochs"],
@@ -93,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--horizons", default="96,192,336,720")
     ap.add_argument("--seeds", default="2021,2022,2023")
     ap.add_argument("--mixer", default="softmax", help="token mixer of PatchTST")
+    ap.add_argument("--mixer-option", action="append", default=[], metavar="K=V",
+                    help="a mixer option (repeatable), typed by the mixer's options dataclass; the rows' "
+                         "mixer column names it, e.g. nrgpt[steps=1]")
     ap.add_argument("--patchtst-patience", type=int, default=10,
                     help="early-stopping patience for PatchTST (the ETTh scripts use 100)")
     ap.add_argument("--epochs", type=int, default=None, help="override the preset's max epochs")
@@ -102,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--out", default=str(HERE / "results.csv"))
     args = ap.parse_args(argv)
+    from tsmix.registry import parse_mixer_options
+
+    options = parse_mixer_options(args.mixer, args.mixer_option) if args.mixer_option else {}
     out = Path(args.out)
     done = csv_keys(out, KEY)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -115,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
                     preset = paper_preset(model, dataset, horizon)
                     lookback = args.lookback if args.lookback is not None else preset["lookback"]
-                    mixer = args.mixer if model != "dlinear" else "-"
+                    mixer = mixer_label(args.mixer, options) if model != "dlinear" else "-"
                     key = (dataset, str(horizon), str(lookback), model, mixer, str(seed),
                            str(patience if patience is not None else preset["patience"]),
                            str(args.epochs if args.epochs is not None else preset["epochs"]))
@@ -124,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     label = f"{model} {dataset} L={lookback} H={horizon} seed={seed}"
                     print(f"[{datetime.now():%H:%M:%S}] start {label}", flush=True)
                     row = run_one(model, dataset, horizon, seed, args.mixer, patience, args.epochs,
-                                  args.threads, args.data_dir, args.lookback)
+                                  args.threads, args.data_dir, args.lookback, options)
                     append_csv(out, FIELDS, [row])
                     done.add(key)
                     print(f"[{datetime.now():%H:%M:%S}] done  {label}: fair mse {row['mse']:.4f} "
