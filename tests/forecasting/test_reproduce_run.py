@@ -15,6 +15,15 @@ run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(run)
 
 
+@pytest.fixture(autouse=True)
+def _allocator_untouched(monkeypatch):
+    """main() keeps freed memory as the tsmix command does; that is process-wide, and other tests
+    check that pytest's process never applied it."""
+    from tsmix.engine import memory
+
+    monkeypatch.setattr(memory, "retain_unless_disabled", lambda: None)
+
+
 def test_mixer_label_names_the_options_in_a_fixed_order():
     assert run.mixer_label("nrgpt", {}) == "nrgpt"
     assert run.mixer_label("nrgpt", {"steps": 1}) == "nrgpt[steps=1]"
