@@ -113,9 +113,9 @@ def test_mixer_on_device_matches_float64_cpu(name, causal, shape, device):
     _compare(ref, dev, x, device, f"{name} ({'causal' if causal else 'bidirectional'}, {shape} shape)")
 
 
-def _config(model: str, mixer: str, **kw) -> ForecasterConfig:
+def _config(model: str, mixer: str) -> ForecasterConfig:
     return ForecasterConfig(model=model, mixer=mixer, lookback=48, horizon=12, d_model=16, heads=4, layers=2,
-                            d_ff=32, patch_len=8, stride=4, dropout=0.0, **kw)
+                            d_ff=32, patch_len=8, stride=4, dropout=0.0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
