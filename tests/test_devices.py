@@ -49,13 +49,8 @@ OUT_TOL, GRAD_TOL = 1e-4, 1e-3
 SHAPES = {"patch": (6, 42, 16, 4), "variate": (4, 7, 64, 8)}
 
 
-def _modes(name: str) -> list[bool]:
-    spec = mixer_spec(name)
-    return [c for c, ok in ((False, spec.supports_bidirectional), (True, spec.supports_causal)) if ok]
-
-
 MIXER_CASES = [pytest.param(n, c, id=f"{n}-{'causal' if c else 'bidir'}")
-               for n in tsmix.available_mixers() for c in _modes(n)]
+               for n in tsmix.available_mixers() for c in mixer_spec(n).causal_modes]
 ENCODER_MIXERS = [n for n in tsmix.available_mixers() if mixer_spec(n).supports_bidirectional]
 MODEL_CASES = [pytest.param(m, x, id=f"{m}-{x}") for m in available_models()
                for x in (ENCODER_MIXERS if model_spec(m).uses_mixer else ["softmax"])]

@@ -104,6 +104,12 @@ class MixerSpec:
     def supports_bidirectional(self) -> bool:  # False: the mixer only exists in causal form
         return self.capabilities.bidirectional
 
+    @property
+    def causal_modes(self) -> tuple[bool, ...]:
+        """The ``causal=`` values :func:`tsmix.build_mixer` accepts, bidirectional first."""
+        caps = self.capabilities
+        return tuple(c for c, ok in ((False, caps.bidirectional), (True, caps.causal)) if ok)
+
 
 _REGISTRY: dict[str, MixerSpec] = {}
 _DISCOVERED = False

@@ -12,7 +12,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}  # the environment tsmix is installed in (its polars version is the one fetched)
-VERSION=$($PY -c "import importlib.metadata as m; print(m.version('polars'))")
+if ! VERSION=$($PY -c "import importlib.metadata as m; print(m.version('polars'))" 2>/dev/null); then
+    echo "prepare.sh: '$PY' has no polars; run it with the Python tsmix is installed in," \
+         "e.g. PYTHON=.venv/bin/python bash benchmarks/gpu/prepare.sh" >&2
+    exit 2
+fi
+if [ ! -d "${TSMIX_DATA_DIR:-../shared/data}/ETT-small" ]; then
+    echo "prepare.sh: no ETT-small/ under '${TSMIX_DATA_DIR:-../shared/data}'; set TSMIX_DATA_DIR" \
+         "to the benchmark data folder" >&2
+    exit 2
+fi
 rm -rf .whl && mkdir .whl
 # polars >= 1.3x is a pure-Python package plus a compiled runtime of the same version (abi3)
 for pkg in "polars==$VERSION" "polars-runtime-32==$VERSION"; do

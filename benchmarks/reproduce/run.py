@@ -115,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--out", default=str(HERE / "results.csv"))
     args = ap.parse_args(argv)
+    from tsmix.errors import TsmixError
     from tsmix.registry import parse_mixer_options
 
-    options = parse_mixer_options(args.mixer, args.mixer_option) if args.mixer_option else {}
+    try:  # a bad name or value is a usage error: argparse's one line, not a traceback
+        options = parse_mixer_options(args.mixer, args.mixer_option) if args.mixer_option else {}
+    except TsmixError as err:
+        ap.error(f"--mixer-option: {err}")
     out = Path(args.out)
     done = csv_keys(out, KEY)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tsmix.errors import TsmixError
-
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "reproduce" / "run.py"
 _spec = importlib.util.spec_from_file_location("reproduce_run", SCRIPT)
 run = importlib.util.module_from_spec(_spec)
@@ -57,6 +55,12 @@ def test_a_variant_is_not_skipped_as_the_default_mixers_stored_run(tmp_path, mon
     assert labels == ["nrgpt", "nrgpt[steps=1]"]
 
 
-def test_a_mistyped_option_is_refused_before_any_run(tmp_path):
-    with pytest.raises(TsmixError, match="steps"):
-        run.main(["--mixer", "nrgpt", "--mixer-option", "steps=one", "--out", str(tmp_path / "r.csv")])
+def test_a_mistyped_option_is_refused_before_any_run(tmp_path, capsys):
+    """A usage error: exit status 2 and argparse's one line naming the option, no traceback, no file."""
+    out = tmp_path / "r.csv"
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--mixer", "nrgpt", "--mixer-option", "steps=one", "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: --mixer-option:" in err and "steps" in err and "Traceback" not in err
+    assert not out.exists()

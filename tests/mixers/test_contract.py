@@ -21,12 +21,8 @@ DIM, HEADS = 16, 2
 MIXERS = tsmix.available_mixers()
 
 
-def modes(name: str) -> list[bool]:
-    spec = mixer_spec(name)
-    return [c for c, ok in ((False, spec.supports_bidirectional), (True, spec.supports_causal)) if ok]
-
-
-CASES = [pytest.param(n, c, id=f"{n}-{'causal' if c else 'bidir'}") for n in MIXERS for c in modes(n)]
+CASES = [pytest.param(n, c, id=f"{n}-{'causal' if c else 'bidir'}")
+         for n in MIXERS for c in mixer_spec(n).causal_modes]
 
 
 def make(name: str, causal: bool, dtype=torch.float32, seed: int = 0) -> torch.nn.Module:
@@ -264,6 +260,10 @@ def test_capabilities_are_consistent(name):
     spec, caps = mixer_spec(name), tsmix.mixer_capabilities(name)
     assert (spec.supports_causal, spec.supports_bidirectional) == (caps.causal, caps.bidirectional)
     assert caps.causal or caps.bidirectional
+    assert spec.causal_modes == tuple(c for c in (False, True) if (caps.bidirectional, caps.causal)[c])
+    for causal in {False, True} - set(spec.causal_modes):  # an undeclared mode is refused, clearly
+        with pytest.raises(tsmix.TsmixError, match="causal" if causal else "bidirectional"):
+            make(name, causal)
     assert set(caps.labels()) <= {"causal", "bidirectional", "position-aware", "streaming"}
     if not caps.streaming:  # no mixer claims a streaming form it does not declare
         m = make(name, caps.causal)

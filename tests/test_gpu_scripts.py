@@ -1,0 +1,30 @@
+"""benchmarks/gpu/prepare.sh refuses a wrong environment before it touches anything."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "prepare.sh"
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def _run(python: str, data_dir: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": python, "TSMIX_DATA_DIR": str(data_dir)}
+    return subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_python_without_polars_is_named_with_the_fix(tmp_path):
+    r = _run("false", tmp_path)  # an interpreter that cannot answer stands for one without polars
+    assert r.returncode == 2
+    assert "has no polars" in r.stderr and "PYTHON=.venv/bin/python" in r.stderr
+
+
+def test_a_data_dir_without_the_csvs_is_named_with_the_fix(tmp_path):
+    r = _run(sys.executable, tmp_path)
+    assert r.returncode == 2
+    assert f"no ETT-small/ under '{tmp_path}'" in r.stderr and "TSMIX_DATA_DIR" in r.stderr
