@@ -48,7 +48,8 @@ def track_from_args(forecaster: Any, data: Any, args: argparse.Namespace, out_di
                      register_as=args.register_as, alias=args.alias, out_dir=out_dir, **kwargs)
 
 
-def _key_value(text: str) -> tuple[str, Any]:
+def parse_key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with the value read as JSON where it parses (numbers, true/false), else a string."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--set takes KEY=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
@@ -110,7 +111,8 @@ def add_commands(sub: Any) -> None:
                    help="every trial starts from this preset's hyper-parameters for --model on --dataset "
                         "at --horizon (tsmix fit --preset); the space searches over them and --set wins "
                         "(default: the Forecaster's defaults)")
-    p.add_argument("--set", dest="fixed", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="fixed", type=parse_key_value, action="append", default=[],
+                   metavar="KEY=VALUE",
                    help="hold a Forecaster hyper-parameter fixed, e.g. --set batch_size=64 (repeatable); "
                         "it leaves the search space and every trial trains with it (default: none)")
     p.add_argument("--space", default=None, metavar="FILE",

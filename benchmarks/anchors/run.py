@@ -77,12 +77,13 @@ def rlinear_params(storage: str, study_name: str) -> dict:
     return best_params(study, "rlinear", ["softmax"], best)
 
 
-def rlinear_params_csv(path: str, study_name: str) -> dict:
+def rlinear_params_csv(path: str, study_name: str, fixed: dict | None = None) -> dict:
     """Forecaster kwargs of the best finished trial of ``study_name`` in a trials CSV as
     ``report.py`` writes it (``studies.csv``: ``study, trial, state, val_mse, param_*``), replayed
     through the rlinear search space: the committed file stands in for the Optuna storage. A
-    study that held some of its space fixed (``--set``, a ``--space`` file) left those out of its
-    trials' params; replay fails on them, and then only its storage (``--rlinear-study``) knows."""
+    study that held some of its space fixed (``tsmix tune --set``) left those out of its trials'
+    params: ``fixed`` gives them again (``--rlinear-set``, the study's ``--set``); without it the
+    replay fails on them, naming the parameter."""
     import csv
 
     from tsmix.tuning.study import make_search
@@ -109,10 +110,11 @@ def rlinear_params_csv(path: str, study_name: str) -> dict:
     params = {k.removeprefix("param_"): value(v) for k, v in best.items()
               if k.startswith("param_") and v != ""}
     try:
-        return make_search("rlinear", ["softmax"], {}, None).replay(params, int(best["trial"]))
+        return make_search("rlinear", ["softmax"], dict(fixed or {}), None).replay(params, int(best["trial"]))
     except ValueError as exc:  # a parameter the study held fixed is not in its trials
         raise SystemExit(f"--rlinear-trials: trial {best['trial']} of {study_name!r} cannot be replayed "
-                         f"from {path} ({exc}); give the study's storage with --rlinear-study") from None
+                         f"from {path} ({exc}); give what the study held fixed with --rlinear-set KEY=VALUE "
+                         "(its tsmix tune --set), or its storage with --rlinear-study") from None
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
@@ -214,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     from tsmix.forecasting.benchmark.store import append_csv, csv_keys
     from tsmix.forecasting.revin import CENTERS
     from tsmix.provenance import git_commit
+    from tsmix.tuning.cli import parse_key_value
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="ETTh1,ETTh2")
@@ -230,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rlinear-study", help="Optuna storage of the rlinear study (with the rlinear member)")
     ap.add_argument("--rlinear-trials", help="instead of --rlinear-study: a trials CSV as report.py writes "
                     "it (benchmarks/anchors/studies.csv); its best trial of --rlinear-study-name")
+    ap.add_argument("--rlinear-set", type=parse_key_value, action="append", default=[], metavar="KEY=VALUE",
+                    help="with --rlinear-trials: a value the study held fixed (its tsmix tune --set, e.g. "
+                         "individual=false; repeatable): such values are not in its trials")
     ap.add_argument("--rlinear-study-name", default="rlinear-{dataset}-336",
                     help="study whose best trial gives RLinear's settings ({dataset} is filled in)")
     ap.add_argument("--rlinear-center", choices=CENTERS, default="mean",
@@ -314,7 +320,7 @@ def rlinear_settings(args, names: list[str], dataset: str) -> dict:
     if "rlinear" not in names:
         return {}
     study_name = args.rlinear_study_name.format(dataset=dataset)
-    rl = (rlinear_params_csv(args.rlinear_trials, study_name) if args.rlinear_trials
+    rl = (rlinear_params_csv(args.rlinear_trials, study_name, dict(args.rlinear_set)) if args.rlinear_trials
           else rlinear_params(args.rlinear_study, study_name))
     if args.rlinear_center != "mean":
         rl["revin_center"] = args.rlinear_center

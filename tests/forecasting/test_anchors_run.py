@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tsmix.tuning.cli import parse_key_value
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("anchors_run", ROOT / "benchmarks" / "anchors" / "run.py")
 run = importlib.util.module_from_spec(_spec)
@@ -45,12 +47,27 @@ def test_the_committed_trials_give_the_committed_members_settings():
 def test_a_parameter_the_study_held_fixed_or_a_missing_study_is_a_clear_error(tmp_path):
     path = tmp_path / "studies.csv"
     path.write_text(HEADER + "rlinear-ETTm1-336,0,COMPLETE,0.6,True,16,0.07,,0.0004,False,\n")
-    with pytest.raises(SystemExit, match="individual.*--rlinear-study"):
+    with pytest.raises(SystemExit, match="individual.*--rlinear-set KEY=VALUE.*--rlinear-study"):
         run.rlinear_params_csv(str(path), "rlinear-ETTm1-336")
     with pytest.raises(SystemExit, match="no finished trial of study 'rlinear-X'"):
         run.rlinear_params_csv(str(path), "rlinear-X")
     with pytest.raises(SystemExit, match="no such file"):
         run.rlinear_params_csv(str(tmp_path / "none.csv"), "rlinear-ETTm1-336")
+
+
+def test_what_the_study_held_fixed_is_given_again():
+    """ETTm1/ETTm2's studies ran with --set individual=false: their trials lack it, --rlinear-set
+    gives it back, and the replay lands on the settings the committed rows were fitted with."""
+    import csv
+
+    trials = str(ROOT / "benchmarks" / "anchors" / "studies.csv")
+    with open(ROOT / "benchmarks" / "anchors" / "results.csv", newline="") as fh:
+        used = {(r["dataset"], r["rlinear_params"]) for r in csv.DictReader(fh)
+                if r["candidate"] == "rlinear" and r["dataset"] in ("ETTm1", "ETTm2", "Weather")}
+    assert len(used) == 3, used
+    key, value = parse_key_value("individual=false")
+    for dataset, params in used:
+        assert repr(run.rlinear_params_csv(trials, f"rlinear-{dataset}-336", {key: value})) == params
 
 
 def test_a_last_centred_rlinear_needs_its_own_label(capsys):
