@@ -102,7 +102,7 @@ def table(rows: list[dict]) -> str:
         if plain:
             val, test, paper, secs, k, hs = plain[0]
             verdict = "met" if target and test <= float(target) else "not met"
-            out += ["", f"Selected on validation: `{k[3]}` (seed {k[1]}), test 4-horizon average "
+            out += ["", f"Selected on validation: `{_name(k)}` (seed {k[1]}), test 4-horizon average "
                         f"**{test:.4f}** (fair) against the target {target}: **{verdict}**.",
                     "", per_horizon_selection(plain)]
         if refit:
@@ -113,10 +113,10 @@ def table(rows: list[dict]) -> str:
                     *_rows(refit, " ← selected")]
             val, test, paper, secs, k, hs = refit[0]
             verdict = "met" if target and test <= float(target) else "not met"
-            out += ["", f"Selected refit: `{k[3]}` (seed {k[1]}), test 4-horizon average **{test:.4f}** "
+            out += ["", f"Selected refit: `{_name(k)}` (seed {k[1]}), test 4-horizon average **{test:.4f}** "
                         f"(fair) against the target {target}: **{verdict}** (other protocol, see above)."]
         if partial:
-            names = ", ".join(sorted({p[3] for p in partial}))
+            names = ", ".join(sorted({_name(p) for p in partial}))
             out += ["", f"Incomplete (not all four horizons yet): {names}"]
         out.append("")
     return "\n".join(out)

@@ -51,6 +51,19 @@ def test_selects_on_validation_and_states_the_verdict():
     assert "`rlinear+dlinear`" not in text.split("Incomplete")[0]  # not a candidate until complete
 
 
+def test_an_encoder_members_mixer_is_named_where_it_is_selected():
+    """Two variate members differ only by mixer (the rows' mixer column): the verdict names which."""
+    rows = []
+    for mixer, val in (("fem-aft", 0.6), ("yb-spectral", 0.5)):
+        for h in HORIZONS:
+            rows.append(_row("dlinear+itransformer-notok", h, val, 0.35, dataset="ETTm1") | {"mixer": mixer})
+    rows.append(_row("itransformer", 96, 0.1, 0.1, dataset="ETTm1") | {"mixer": "nrgpt"})
+    text = report.table(rows)
+    assert "Selected on validation: `dlinear+itransformer[yb-spectral]-notok` (seed 2021)" in text
+    assert "| dlinear+itransformer[fem-aft]-notok | 2021 |" in text
+    assert "Incomplete (not all four horizons yet): itransformer[nrgpt]" in text
+
+
 def test_met_when_the_validation_pick_reaches_the_target():
     rows = [_row("rlinear", h, 1.0, 0.30, dataset="ETTh2") for h in HORIZONS]
     assert "test 4-horizon average **0.3000** (fair) against the target 0.330: **met**." in report.table(rows)
