@@ -51,7 +51,7 @@ def track_from_args(forecaster: Any, data: Any, args: argparse.Namespace, out_di
 def parse_key_value(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` with the value read as JSON where it parses (numbers, true/false), else a string."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes KEY=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     key, raw = text.split("=", 1)
     try:
         value = json.loads(raw)  # numbers, true/false, null, {"json": "objects"}
