@@ -110,7 +110,7 @@ def rlinear_params_csv(path: str, study_name: str, fixed: dict | None = None) ->
     params = {k.removeprefix("param_"): value(v) for k, v in best.items()
               if k.startswith("param_") and v != ""}
     try:
-        return make_search("rlinear", ["softmax"], dict(fixed or {}), None).replay(params, int(best["trial"]))
+        return make_search("rlinear", ["softmax"], fixed or {}, None).replay(params, int(best["trial"]))
     except ValueError as exc:  # a parameter the study held fixed is not in its trials
         raise SystemExit(f"--rlinear-trials: trial {best['trial']} of {study_name!r} cannot be replayed "
                          f"from {path} ({exc}); give what the study held fixed with --rlinear-set KEY=VALUE "
@@ -267,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
                  "or --rlinear-trials (its trials CSV)")
     if args.rlinear_study and args.rlinear_trials:
         ap.error("give one of --rlinear-study and --rlinear-trials")
+    if args.rlinear_set and not args.rlinear_trials:  # a storage replays its fixed values itself
+        ap.error("--rlinear-set goes with --rlinear-trials (what a study held fixed is missing only from "
+                 "its trials CSV)")
     if args.rlinear_center != "mean" and args.rlinear_label == "rlinear":
         ap.error(f"--rlinear-center {args.rlinear_center}: name the member apart, e.g. --rlinear-label "
                  f"rlinear-{args.rlinear_center} (the rows and fits of 'rlinear' are mean-centred)")

@@ -17,9 +17,9 @@ if ! VERSION=$($PY -c "import importlib.metadata as m; print(m.version('polars')
          "e.g. PYTHON=.venv/bin/python bash benchmarks/gpu/prepare.sh" >&2
     exit 2
 fi
-if [ ! -d "${TSMIX_DATA_DIR:-../shared/data}/ETT-small" ]; then
-    echo "prepare.sh: no ETT-small/ under '${TSMIX_DATA_DIR:-../shared/data}'; set TSMIX_DATA_DIR" \
-         "to the benchmark data folder" >&2
+DATA=${TSMIX_DATA_DIR:-../shared/data}
+if [ ! -d "$DATA/ETT-small" ]; then
+    echo "prepare.sh: no ETT-small/ under '$DATA'; set TSMIX_DATA_DIR to the benchmark data folder" >&2
     exit 2
 fi
 rm -rf .whl && mkdir .whl
@@ -29,7 +29,6 @@ for pkg in "polars==$VERSION" "polars-runtime-32==$VERSION"; do
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl "$pkg"
 done
-DATA=${TSMIX_DATA_DIR:-../shared/data}
 rm -rf .gpu-data && mkdir .gpu-data
 tar -C "$DATA" -cJf .gpu-data/data.tar.xz ETT-small weather/weather.csv
 # The copy that travels has no .git: the commit its result rows name comes from here

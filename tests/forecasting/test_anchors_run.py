@@ -55,9 +55,10 @@ def test_a_parameter_the_study_held_fixed_or_a_missing_study_is_a_clear_error(tm
         run.rlinear_params_csv(str(tmp_path / "none.csv"), "rlinear-ETTm1-336")
 
 
-def test_what_the_study_held_fixed_is_given_again():
-    """ETTm1/ETTm2's studies ran with --set individual=false: their trials lack it, --rlinear-set
-    gives it back, and the replay lands on the settings the committed rows were fitted with."""
+def test_what_the_study_held_fixed_is_given_again(capsys):
+    """The ETTm1/ETTm2/Weather studies ran with --set individual=false: their trials lack it,
+    --rlinear-set gives it back, and the replay lands on the settings the committed rows were fitted
+    with. Without --rlinear-trials the flag is refused, not ignored."""
     import csv
 
     trials = str(ROOT / "benchmarks" / "anchors" / "studies.csv")
@@ -68,6 +69,10 @@ def test_what_the_study_held_fixed_is_given_again():
     key, value = parse_key_value("individual=false")
     for dataset, params in used:
         assert repr(run.rlinear_params_csv(trials, f"rlinear-{dataset}-336", {key: value})) == params
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--members", "rlinear", "--rlinear-study", "sqlite:///x.db",
+                  "--rlinear-set", "individual=false"])
+    assert exc.value.code == 2 and "--rlinear-set goes with --rlinear-trials" in capsys.readouterr().err
 
 
 def test_a_last_centred_rlinear_needs_its_own_label(capsys):
