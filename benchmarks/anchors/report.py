@@ -53,8 +53,11 @@ def _scored(by: dict, keys: list) -> list[tuple]:
 
 
 def _name(key: tuple) -> str:
-    """A candidate's name with the mixer of its encoder members: ``patchtst[softmax]+rlinear``."""
+    """A candidate's name with the mixer of its encoder members: ``patchtst[softmax]+rlinear``; an
+    ensemble across mixers already names each member's."""
     mixer = key[2]
+    if "[" in key[3]:
+        return key[3]
     return key[3].replace("patchtst", f"patchtst[{mixer}]").replace("itransformer", f"itransformer[{mixer}]")
 
 

@@ -20,6 +20,12 @@ comes from another study (e.g. ``rlinear-{dataset}-lb``, whose space also search
 ``--variate-label`` does the same for an itransformer member with other settings (e.g.
 ``itransformer-notok`` with ``--no-variate-calendar``).
 
+``--mixer`` takes a comma-separated list too: the patchtst and itransformer members then come once
+per mixer and the candidates include ensembles across mixers, named with each member's mixer
+(``dlinear+itransformer-notok[fem-aft]+itransformer-notok[yb-spectral]``, mixer column
+``fem-aft+yb-spectral``); a candidate with one mixer keeps the rows and saved fits of a run with
+that ``--mixer`` alone.
+
 Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
 report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
 over the four horizons and puts its test score beside the published anchors. Fitted members are
@@ -117,16 +123,18 @@ def rlinear_params_csv(path: str, study_name: str, fixed: dict | None = None) ->
                          "(its tsmix tune --set), or its storage with --rlinear-study") from None
 
 
-def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str, rl: dict,
+def members(names: list[str], dataset: str, horizon: int, seed: int, mixers: list[str], rl: dict,
             labels: dict[str, str], variate: dict | None = None) -> dict:
-    """Factories of the members by candidate name (``labels``: a member's name in the rows, when
-    not its own), in ``names`` order: ``make(**overrides)``."""
+    """Factories of the members by internal label, in ``names`` order: ``make(**overrides)``. A
+    member built with a mixer comes once per ``mixers`` entry, labelled ``<label>[<mixer>]``
+    (``itransformer-notok[fem-aft]``); ``labels`` gives a member's name in the rows, when not its own."""
     from tsmix.forecasting import Forecaster
 
     common = dict(seed=seed, threads=1, progress=False)
     make = {
-        "patchtst": lambda **o: Forecaster.from_preset("paper", "patchtst", dataset, horizon, mixer=mixer,
-                                                       **{"epochs": 20, "patience": 10, **common, **o}),
+        "patchtst": lambda mixer, **o: Forecaster.from_preset(
+            "paper", "patchtst", dataset, horizon, mixer=mixer,
+            **{"epochs": 20, "patience": 10, **common, **o}),
         # the study's lookback when it searched one, else the anchors' 336
         "rlinear": lambda **o: Forecaster(
             model="rlinear", horizon=horizon,
@@ -134,29 +142,49 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixer: str,
         ),
         "dlinear": lambda **o: Forecaster.from_preset("paper", "dlinear", dataset, horizon,
                                                       **{**common, **o}),
-        "itransformer": lambda **o: Forecaster.from_preset("paper", "itransformer", dataset, horizon,
-                                                           mixer=mixer, **{**(variate or {}), **common, **o}),
+        "itransformer": lambda mixer, **o: Forecaster.from_preset(
+            "paper", "itransformer", dataset, horizon, mixer=mixer, **{**(variate or {}), **common, **o}),
     }
-    return {labels.get(n, n): make[n] for n in names}
+    out = {}
+    for n in names:
+        for lab in member_labels([n], labels, mixers):
+            mixer = split_label(lab)[1]
+            out[lab] = (lambda m=mixer, f=make[n], **o: f(m, **o)) if mixer else make[n]
+    return out
 
 
 MIXER_MEMBERS = ("patchtst", "itransformer")  # members built with --mixer; the others have no mixer
 
 
-def uses_mixer(label: str) -> bool:
-    """Whether the member named ``label`` (``itransformer-notok``: an itransformer) takes --mixer."""
-    return label.split("-")[0] in MIXER_MEMBERS
+def member_labels(names: list[str], labels: dict[str, str], mixers: list[str]) -> list[str]:
+    """The members' internal labels: a mixer member once per mixer, ``<label>[<mixer>]``."""
+    return [f"{labels.get(n, n)}[{m}]" if n in MIXER_MEMBERS else labels.get(n, n)
+            for n in names for m in (mixers if n in MIXER_MEMBERS else [""])]
 
 
-def mixer_label(combo: tuple[str, ...], mixer: str) -> str:
-    """The rows' ``mixer`` of a candidate: ``--mixer`` when a member uses it, else ``-`` (so the
-    linear members' rows and saved fits are shared by runs with any ``--mixer``)."""
-    return mixer if any(uses_mixer(n) for n in combo) else "-"
+def split_label(label: str) -> tuple[str, str]:
+    """``"itransformer-notok[fem-aft]"`` -> ``("itransformer-notok", "fem-aft")``; a member without a
+    mixer -> ``(label, "")``."""
+    base, _, mixer = label.partition("[")
+    return base, mixer.removesuffix("]")
 
 
-def members_of(candidate: str) -> tuple[str, ...]:
-    """``"rlinear+dlinear@tv"`` -> ``("rlinear", "dlinear")``."""
-    return tuple(candidate.removesuffix("@tv").split("+"))
+def row_id(combo: tuple[str, ...]) -> tuple[str, str]:
+    """A candidate's ``(mixer, candidate)`` in the rows. With one mixer among its members (or none:
+    ``-``) the candidate is named without brackets and the mixer column holds it, so its rows and
+    saved fits are those of a run with that ``--mixer`` alone (and the linear members' rows are
+    shared by runs with any). With several it keeps each member's mixer in its name
+    (``dlinear+itransformer[fem-aft]+itransformer[yb-spectral]``) and the column joins them."""
+    mixers = list(dict.fromkeys(m for _, m in map(split_label, combo) if m))
+    if len(mixers) <= 1:
+        return (mixers[0] if mixers else "-"), "+".join(split_label(n)[0] for n in combo)
+    return "+".join(mixers), "+".join(combo)
+
+
+def row_name(combo: tuple[str, ...], refit: bool) -> tuple[str, str]:
+    """:func:`row_id`, with the refit twin's ``@tv`` suffix."""
+    mixer, cand = row_id(combo)
+    return mixer, cand + ("@tv" if refit else "")
 
 
 def candidates(labels: list[str]) -> list[tuple[str, ...]]:
@@ -216,13 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     from tsmix.forecasting.benchmark.store import append_csv, csv_keys
     from tsmix.forecasting.revin import CENTERS
     from tsmix.provenance import git_commit
+    from tsmix.registry import available_mixers
     from tsmix.tuning.cli import parse_key_value
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="ETTh1,ETTh2")
     ap.add_argument("--horizons", default="96,192,336,720")
     ap.add_argument("--seeds", default="2021")
-    ap.add_argument("--mixer", default="softmax", help="mixer of the patchtst and itransformer members")
+    ap.add_argument("--mixer", default="softmax",
+                    help="mixer of the patchtst and itransformer members; comma-separated for one such "
+                         "member per mixer, and ensembles across mixers (fem-aft,yb-spectral)")
     ap.add_argument("--members", default="patchtst,rlinear,dlinear",
                     help="comma-separated members to fit (patchtst, rlinear, dlinear, itransformer)")
     ap.add_argument("--variate-lookback", type=int, default=336, help="lookback of the itransformer member")
@@ -275,14 +306,17 @@ def main(argv: list[str] | None = None) -> int:
                  f"rlinear-{args.rlinear_center} (the rows and fits of 'rlinear' are mean-centred)")
     if not (args.variate_label == "itransformer" or args.variate_label.startswith("itransformer-")):
         ap.error(f"--variate-label must be itransformer or itransformer-<tag>, got {args.variate_label!r}")
+    mixers = list(dict.fromkeys(m.strip() for m in args.mixer.split(",") if m.strip()))
+    bad = sorted(set(mixers) - set(available_mixers()))
+    if bad or not mixers:
+        ap.error(f"--mixer: unknown {bad or 'empty list'}; choose from {', '.join(available_mixers())}")
     seeds = [int(x) for x in args.seeds.split(",")]
     if args.seed_ensemble and (len(set(seeds)) < 2 or args.refit):
         ap.error("--seed-ensemble needs two or more distinct --seeds and no --refit")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
     label = {"rlinear": args.rlinear_label, "itransformer": args.variate_label}
-    labels = [label.get(n, n) for n in names]
-    wanted = [("+".join(c), False) for c in candidates(labels)]
-    wanted += [("+".join(c) + "@tv", True) for c in candidates(labels)] if args.refit else []
+    labels = member_labels(names, label, mixers)
+    wanted = [(c, False) for c in candidates(labels)] + [(c, True) for c in candidates(labels) if args.refit]
     done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
     commit = args.commit or git_commit()
     for seed in seeds:
@@ -290,22 +324,21 @@ def main(argv: list[str] | None = None) -> int:
             rl = rlinear_settings(args, names, dataset)
             for horizon in (int(h) for h in args.horizons.split(",")):
                 key = (dataset, str(horizon), str(seed))
-                todo = [(c, refit) for c, refit in wanted
-                        if (*key, mixer_label(members_of(c), args.mixer), c) not in done]
+                todo = [(c, refit) for c, refit in wanted if (*key, *row_name(c, refit)) not in done]
                 if not todo:
                     continue
                 print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
                       flush=True)
-                fitted, seconds = fit_members(args, names, dataset, horizon, seed, rl, label, variate)
+                fitted, seconds = fit_members(args, names, mixers, dataset, horizon, seed, rl, label, variate)
                 rows, vals = [], {}
-                for cand, refit in todo:
-                    combo = members_of(cand)
+                for combo, refit in todo:
+                    mixer, cand = row_name(combo, refit)
                     took = seconds["train"] if not refit else {n: seconds["train"][n] + seconds["tv"][n]
                                                                for n in combo}
                     rows.append({
                         "dataset": dataset, "horizon": horizon, "seed": seed,
-                        "mixer": mixer_label(combo, args.mixer),
-                        "candidate": cand, "size": len(combo), **score(combo, fitted, refit, vals),
+                        "mixer": mixer, "candidate": cand, "size": len(combo),
+                        **score(combo, fitted, refit, vals),
                         "train_seconds": round(sum(took[n] for n in combo), 1),
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -314,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows:
                     print(f"    {r['candidate']:<30} val {r['val_mse']:.4f} test {r['mse']:.4f}", flush=True)
     if args.seed_ensemble:
-        seed_ensembles(args, names, seeds, label, labels, variate, out, done, commit)
+        seed_ensembles(args, names, mixers, seeds, label, labels, variate, out, done, commit)
     return 0
 
 
@@ -330,14 +363,15 @@ def rlinear_settings(args, names: list[str], dataset: str) -> dict:
     return rl
 
 
-def fit_members(args, names: list[str], dataset: str, horizon: int, seed: int, rl: dict,
+def fit_members(args, names: list[str], mixers: list[str], dataset: str, horizon: int, seed: int, rl: dict,
                 label: dict[str, str], variate: dict) -> tuple[dict, dict]:
     """Every member of one (dataset, horizon, seed) fitted or loaded from ``--runs``, and its refit
     twin with ``--refit``: ``({"train": {name: fit}, "tv": {...}}, seconds alike)``."""
     fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
     folder = Path(args.runs) / dataset / str(horizon) / str(seed)
-    for name, make in members(names, dataset, horizon, seed, args.mixer, rl, label, variate).items():
-        run = folder / (f"{name}-{args.mixer}" if uses_mixer(name) else name)
+    for name, make in members(names, dataset, horizon, seed, mixers, rl, label, variate).items():
+        base, mixer = split_label(name)
+        run = folder / (f"{base}-{mixer}" if mixer else name)
         f, secs = fit_or_load(make, run, dataset, args.data_dir)
         fitted["train"][name], seconds["train"][name] = f, secs
         print(f"    {name}: val {f.metrics_['val_mse']:.4f} test {f.metrics_['mse']:.4f} "
@@ -352,8 +386,8 @@ def fit_members(args, names: list[str], dataset: str, horizon: int, seed: int, r
     return fitted, seconds
 
 
-def seed_ensembles(args, names: list[str], seeds: list[int], label: dict[str, str], labels: list[str],
-                   variate: dict, out: Path, done: set, commit: str) -> None:
+def seed_ensembles(args, names: list[str], mixers: list[str], seeds: list[int], label: dict[str, str],
+                   labels: list[str], variate: dict, out: Path, done: set, commit: str) -> None:
     """Every candidate with each member the mean of its fits over ``seeds`` (those fits are the
     per-seed runs' own, loaded from ``--runs``), scored and written like the single-seed rows under
     the seed ``"2021+2022+..."``; its training seconds are the fits' recorded ``fit_seconds``
@@ -361,28 +395,27 @@ def seed_ensembles(args, names: list[str], seeds: list[int], label: dict[str, st
     from tsmix.forecasting.benchmark.store import append_csv
 
     tag = "+".join(str(s) for s in seeds)
-    wanted = ["+".join(c) for c in candidates(labels)]
+    wanted = candidates(labels)
     for dataset in args.datasets.split(","):
         rl = rlinear_settings(args, names, dataset)
         for horizon in (int(h) for h in args.horizons.split(",")):
-            todo = [c for c in wanted
-                    if (dataset, str(horizon), tag, mixer_label(members_of(c), args.mixer), c) not in done]
+            todo = [c for c in wanted if (dataset, str(horizon), tag, *row_name(c, False)) not in done]
             if not todo:
                 continue
             print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed ensemble {tag}", flush=True)
             group: dict[str, list] = {n: [] for n in labels}
             seconds = dict.fromkeys(labels, 0.0)
             for seed in seeds:
-                fitted, secs = fit_members(args, names, dataset, horizon, seed, rl, label, variate)
+                fitted, secs = fit_members(args, names, mixers, dataset, horizon, seed, rl, label, variate)
                 for n in labels:
                     group[n].append(fitted["train"][n])
                     seconds[n] += secs["train"][n]
             rows, vals = [], {}
-            for cand in todo:
-                combo = members_of(cand)
+            for combo in todo:
+                mixer, cand = row_name(combo, False)
                 rows.append({
                     "dataset": dataset, "horizon": horizon, "seed": tag,
-                    "mixer": mixer_label(combo, args.mixer), "candidate": cand, "size": len(combo),
+                    "mixer": mixer, "candidate": cand, "size": len(combo),
                     **score(combo, {"train": group}, False, vals),
                     "train_seconds": round(sum(seconds[n] for n in combo), 1),
                     "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,

@@ -91,6 +91,74 @@ def test_a_seed_ensemble_needs_two_seeds_and_no_refit(capsys):
         assert "--seed-ensemble needs two or more distinct --seeds" in capsys.readouterr().err
 
 
+def cheap_members(names, dataset, horizon, seed, mixers, rl, labels, variate=None):
+    """Stand-in for run.members: the same labels, members at 1 epoch and L=48."""
+    from tsmix.forecasting import Forecaster
+
+    common = dict(horizon=horizon, lookback=48, epochs=1, seed=seed, threads=1, progress=False)
+    out = {}
+    for n in names:
+        for label in run.member_labels([n], labels, mixers):
+            mixer = {"mixer": run.split_label(label)[1]} if n in run.MIXER_MEMBERS else {}
+            out[label] = lambda model=n, mixer=mixer, **o: Forecaster(model=model, **{**common, **mixer, **o})
+    return out
+
+
+def test_rows_name_a_candidate_by_its_mixers():
+    assert run.row_id(("dlinear",)) == ("-", "dlinear")
+    assert run.row_id(("dlinear", "itransformer-notok[fem-aft]")) == ("fem-aft", "dlinear+itransformer-notok")
+    assert run.row_id(("patchtst[softmax]", "itransformer[softmax]")) == ("softmax", "patchtst+itransformer")
+    assert run.row_id(("itransformer[fem-aft]", "itransformer[yb-spectral]")) == (
+        "fem-aft+yb-spectral", "itransformer[fem-aft]+itransformer[yb-spectral]")
+    assert run.row_name(("rlinear", "patchtst[gated]"), True) == ("gated", "rlinear+patchtst@tv")
+    assert run.member_labels(["dlinear", "itransformer"], {"itransformer": "itransformer-notok"},
+                             ["a", "b"]) == ["dlinear", "itransformer-notok[a]", "itransformer-notok[b]"]
+
+
+def test_an_unknown_mixer_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--members", "itransformer", "--mixer", "softmax,fem-nope"])
+    assert exc.value.code == 2 and "--mixer: unknown ['fem-nope']" in capsys.readouterr().err
+
+
+def test_ensembles_across_mixers_share_the_single_mixer_runs(tmp_path, monkeypatch, data_dir):
+    """--mixer a,b fits the encoder member once per mixer; its one-mixer candidates are the rows a
+    run with --mixer a alone writes (so such a run afterwards has nothing left to do), and the
+    cross-mixer ensembles average the very fits those rows scored."""
+    import csv
+
+    monkeypatch.setattr(run, "members", cheap_members)
+    out, runs = tmp_path / "rows.csv", tmp_path / "runs"
+    argv = ["--datasets", "ETTh1", "--horizons", "24", "--seeds", "2021", "--members", "dlinear,itransformer",
+            "--variate-label", "itransformer-notok", "--data-dir", str(data_dir), "--runs", str(runs),
+            "--out", str(out), "--commit", "test"]
+
+    def rows():
+        with open(out, newline="") as fh:
+            return {(r["mixer"], r["candidate"]): r for r in csv.DictReader(fh)}
+
+    assert run.main([*argv, "--mixer", "softmax"]) == 0
+    alone = rows()
+    assert set(alone) == {("-", "dlinear"), ("softmax", "itransformer-notok"),
+                          ("softmax", "dlinear+itransformer-notok")}
+    assert run.main([*argv, "--mixer", "softmax,linear"]) == 0
+    both = rows()
+    mixed = "itransformer-notok[softmax]+itransformer-notok[linear]"
+    assert set(both) - set(alone) == {
+        ("linear", "itransformer-notok"), ("linear", "dlinear+itransformer-notok"),
+        ("softmax+linear", mixed), ("softmax+linear", "dlinear+" + mixed)}
+    assert {k: both[k]["mse"] for k in alone} == {k: r["mse"] for k, r in alone.items()}  # not scored again
+    assert sorted(p.name for p in (runs / "ETTh1" / "24" / "2021").iterdir()) == [
+        "dlinear", "itransformer-notok-linear", "itransformer-notok-softmax"]
+    parts = [float(m) for m in both["softmax+linear", "dlinear+" + mixed]["members_mse"].split(";")]
+    assert parts == pytest.approx([float(both[k]["mse"]) for k in (
+        ("-", "dlinear"), ("softmax", "itransformer-notok"), ("linear", "itransformer-notok"))], abs=1e-6)
+    n = len(out.read_text().splitlines())
+    assert n == 1 + len(both)  # the header, and no candidate twice
+    assert run.main([*argv, "--mixer", "linear"]) == 0
+    assert len(out.read_text().splitlines()) == n
+
+
 def test_seed_ensembles_average_every_members_fits_over_the_seeds(tmp_path, monkeypatch, data_dir):
     """Cheap members (1 epoch, L=48) stand in for the real ones; the seed-ensemble rows must be the
     equal-weight mean of the per-seed fits the single-seed rows scored."""
@@ -98,12 +166,7 @@ def test_seed_ensembles_average_every_members_fits_over_the_seeds(tmp_path, monk
 
     from tsmix.forecasting import Forecaster
 
-    def cheap(names, dataset, horizon, seed, mixer, rl, labels, variate=None):
-        common = dict(horizon=horizon, lookback=48, epochs=1, seed=seed, threads=1, progress=False)
-        return {labels.get(n, n): (lambda model=n, **o: Forecaster(model=model, **{**common, **o}))
-                for n in names}
-
-    monkeypatch.setattr(run, "members", cheap)
+    monkeypatch.setattr(run, "members", cheap_members)
     out, runs = tmp_path / "rows.csv", tmp_path / "runs"
     argv = ["--datasets", "ETTh1", "--horizons", "24", "--seeds", "2021,2022", "--members", "rlinear,dlinear",
             "--rlinear-trials", str(ROOT / "benchmarks" / "anchors" / "studies.csv"), "--seed-ensemble",
