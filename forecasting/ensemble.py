@@ -98,6 +98,11 @@ class Ensemble:
                                  "training rows): fit every member on the same data and splits")
         return out
 
+    @property
+    def columns(self) -> list[str]:
+        """The forecast columns (every member's alike), in the order of the forecasts' last axis."""
+        return list(self._fitted()[0].out_columns)
+
     # ----------------------------------------------------------------- evaluate
     @torch.no_grad()
     def split_forecasts(self, split: str = "test", *, data: Any = None,
@@ -137,23 +142,12 @@ class Ensemble:
         own score. ``protocol="paper"`` keeps the first full batches of ``batch_size`` (default member
         0's ``test_batch_size``), as the official loaders' ``drop_last`` does. ``data``, ``data_dir``: as
         in :meth:`split_forecasts`."""
-        if protocol not in ("fair", "paper"):
+        if protocol not in ("fair", "paper"):  # before the members run, not after
             raise TsmixError(f"protocol must be 'fair' or 'paper', got {protocol!r}")
         preds, y = self.split_forecasts(split, data=data, data_dir=data_dir)
-        n = y.shape[0]
-        if protocol == "paper":
-            bs = batch_size or self.members[0].config.resolved().test_batch_size
-            n = (n // bs) * bs
-            if n == 0:
-                raise TsmixError(f"no complete batch of {bs} windows in the {split} split; "
-                                 "use protocol='fair'")
-        w = torch.as_tensor(self.weights, dtype=torch.float64)
-        mean = sum(wk * p[:n].double() for wk, p in zip(w, preds))
-        cols = self._fitted()[0].out_columns
-        out = _scores(mean, y[:n].double(), cols)
-        out.update(split=split, protocol=protocol, weights=self.weights.tolist(),
-                   members=[_scores(p[:n].double(), y[:n].double(), cols)["mse"] for p in preds])
-        return out
+        return mean_scores(preds, y, self.columns, self.weights, split=split,
+                           protocol=protocol,
+                           batch_size=batch_size or self.members[0].config.resolved().test_batch_size)
 
     # ----------------------------------------------------------------- predict
     def predict(self, df: Any = None, **kwargs: Any) -> pd.DataFrame:
@@ -201,10 +195,34 @@ class Ensemble:
         return cls([Forecaster.load(path / name) for name in spec["members"]], spec["weights"])
 
 
+def mean_scores(preds: Sequence[torch.Tensor], target: torch.Tensor, columns: Sequence[str],
+                weights: Sequence[float] | None = None, *, split: str = "test", protocol: str = "fair",
+                batch_size: int = 32) -> dict[str, Any]:
+    """:meth:`Ensemble.evaluate` from forecasts already made (``preds``: each member's ``(W, H, C)``
+    forecast of one split, as :meth:`Ensemble.split_forecasts` returns them with ``target``): the
+    scores of their weighted mean and each member's own. Scoring many subsets of the same members
+    (every ensemble of a pool) this way runs each member over the windows once, not once per subset."""
+    if protocol not in ("fair", "paper"):
+        raise TsmixError(f"protocol must be 'fair' or 'paper', got {protocol!r}")
+    weights = _check_weights(weights, len(preds))
+    n = target.shape[0]
+    if protocol == "paper":
+        n = (n // batch_size) * batch_size
+        if n == 0:
+            raise TsmixError(f"no complete batch of {batch_size} windows in the {split} split; "
+                             "use protocol='fair'")
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    mean = sum(wk * p[:n].double() for wk, p in zip(w, preds))
+    out = _scores(mean, target[:n].double(), columns)
+    out.update(split=split, protocol=protocol, weights=weights.tolist(),
+               members=[_scores(p[:n].double(), target[:n].double(), columns)["mse"] for p in preds])
+    return out
+
+
 def _scores(pred: torch.Tensor, y: torch.Tensor, columns: Sequence[str]) -> dict[str, Any]:
     err = pred - y  # (W, H, C)
     errors = tr.WindowErrors(err.square().sum(dim=(0, 1)), err.abs().sum(dim=(0, 1)), y.shape[0], y.shape[1])
     return errors.metrics(columns)
 
 
-__all__ = ["Ensemble"]
+__all__ = ["Ensemble", "mean_scores"]

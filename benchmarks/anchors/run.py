@@ -216,27 +216,52 @@ def fit_or_load(make, path: Path, dataset: str, data_dir: str | None, **override
     return f, seconds
 
 
-def score(combo: tuple[str, ...], fitted: dict, refit: bool, vals: dict) -> dict:
+class Pool:
+    """What the candidates of one (dataset, horizon, seed) share: every fit's forecasts of a split,
+    made once however many ensembles hold the fit, and each combination's validation score (a
+    candidate and its refit twin are selected by the same one)."""
+
+    def __init__(self) -> None:
+        self.vals: dict[tuple[str, ...], float] = {}
+        self._made: dict[tuple[str, str], tuple] = {}
+
+    def forecasts(self, key: str, fits: list, split: str) -> tuple[dict, object, list]:
+        """``({id(fit): forecast}, targets, columns)`` of every fit in ``fits`` over ``split``."""
+        from tsmix.forecasting.ensemble import Ensemble
+
+        if (key, split) not in self._made:
+            ens = Ensemble(fits)
+            preds, target = ens.split_forecasts(split)
+            self._made[key, split] = ({id(f): p for f, p in zip(fits, preds)}, target, ens.columns)
+        return self._made[key, split]
+
+
+def score(combo: tuple[str, ...], fitted: dict, refit: bool, pool: Pool) -> dict:
     """Validation (train-only fits) and test scores of one candidate; a refit candidate is scored on
     test by its train+val members and keeps its train-only twin's validation score (the one it was
-    selected by: its own members trained on validation). ``vals`` caches the validation score per
-    combination, so a candidate and its refit twin evaluate validation once."""
-    from tsmix.forecasting.ensemble import Ensemble
+    selected by: its own members trained on validation). An ensemble is scored from ``pool``'s
+    forecasts (the same numbers as ``Ensemble(fits).evaluate``, without running its members again)."""
+    from tsmix.forecasting.ensemble import mean_scores
 
-    def model(group):
+    def fits_of(group: dict, names) -> list:
         # a member is one fit, or a list of fits (its seed ensemble): every fit weighs alike, so
         # with the same seeds for every member this is the mean of the members' seed means
-        fits = [f for n in combo for f in (group[n] if isinstance(group[n], list) else [group[n]])]
-        return fits[0] if len(fits) == 1 else Ensemble(fits)
+        return [f for n in names for f in (group[n] if isinstance(group[n], list) else [group[n]])]
 
-    sel = model(fitted["train"])
-    if combo not in vals:
-        vals[combo] = sel.evaluate("val")["mse"]
-    val = vals[combo]
-    final = model(fitted["tv"]) if refit else sel
-    test, paper = final.evaluate("test"), final.evaluate("test", "paper")
+    def evaluate(key: str, split: str, protocol: str = "fair") -> dict:
+        fits = fits_of(fitted[key], combo)
+        if len(fits) == 1:
+            return fits[0].evaluate(split, protocol)
+        made, target, columns = pool.forecasts(key, fits_of(fitted[key], fitted[key]), split)
+        return mean_scores([made[id(f)] for f in fits], target, columns, split=split, protocol=protocol,
+                           batch_size=fits[0].config.resolved().test_batch_size)
+
+    if combo not in pool.vals:
+        pool.vals[combo] = evaluate("train", "val")["mse"]
+    final = "tv" if refit else "train"
+    test, paper = evaluate(final, "test"), evaluate(final, "test", "paper")
     members_mse = ";".join(f"{m:.6f}" for m in test["members"]) if "members" in test else ""
-    return {"val_mse": val, "mse": test["mse"], "mae": test["mae"], "mse_paper": paper["mse"],
+    return {"val_mse": pool.vals[combo], "mse": test["mse"], "mae": test["mae"], "mse_paper": paper["mse"],
             "windows": test["windows"], "members_mse": members_mse}
 
 
@@ -330,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{datetime.now():%H:%M:%S}] {dataset} H={horizon} seed={seed} rlinear {rl}",
                       flush=True)
                 fitted, seconds = fit_members(args, names, mixers, dataset, horizon, seed, rl, label, variate)
-                rows, vals = [], {}
+                rows, pool = [], Pool()
                 for combo, refit in todo:
                     mixer, cand = row_name(combo, refit)
                     took = seconds["train"] if not refit else {n: seconds["train"][n] + seconds["tv"][n]
@@ -338,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append({
                         "dataset": dataset, "horizon": horizon, "seed": seed,
                         "mixer": mixer, "candidate": cand, "size": len(combo),
-                        **score(combo, fitted, refit, vals),
+                        **score(combo, fitted, refit, pool),
                         "train_seconds": round(sum(took[n] for n in combo), 1),
                         "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -410,13 +435,13 @@ def seed_ensembles(args, names: list[str], mixers: list[str], seeds: list[int], 
                 for n in labels:
                     group[n].append(fitted["train"][n])
                     seconds[n] += secs["train"][n]
-            rows, vals = [], {}
+            rows, pool = [], Pool()
             for combo in todo:
                 mixer, cand = row_name(combo, False)
                 rows.append({
                     "dataset": dataset, "horizon": horizon, "seed": tag,
                     "mixer": mixer, "candidate": cand, "size": len(combo),
-                    **score(combo, {"train": group}, False, vals),
+                    **score(combo, {"train": group}, False, pool),
                     "train_seconds": round(sum(seconds[n] for n in combo), 1),
                     "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
                     "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

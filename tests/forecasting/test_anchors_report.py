@@ -64,6 +64,12 @@ def test_an_encoder_members_mixer_is_named_where_it_is_selected():
     assert "Incomplete (not all four horizons yet): itransformer[nrgpt]" in text
 
 
+def test_an_ensemble_across_mixers_keeps_its_members_mixers():
+    mixed = "dlinear+itransformer-notok[fem-aft]+itransformer-notok[nrgpt]"
+    rows = [_row(mixed, h, 0.5, 0.35, dataset="ETTm1") | {"mixer": "fem-aft+nrgpt"} for h in HORIZONS]
+    assert f"Selected on validation: `{mixed}` (seed 2021)" in report.table(rows)
+
+
 def test_met_when_the_validation_pick_reaches_the_target():
     rows = [_row("rlinear", h, 1.0, 0.30, dataset="ETTh2") for h in HORIZONS]
     assert "test 4-horizon average **0.3000** (fair) against the target 0.330: **met**." in report.table(rows)

@@ -153,6 +153,17 @@ def test_ensembles_across_mixers_share_the_single_mixer_runs(tmp_path, monkeypat
     parts = [float(m) for m in both["softmax+linear", "dlinear+" + mixed]["members_mse"].split(";")]
     assert parts == pytest.approx([float(both[k]["mse"]) for k in (
         ("-", "dlinear"), ("softmax", "itransformer-notok"), ("linear", "itransformer-notok"))], abs=1e-6)
+    # scored from forecasts made once per member: the very numbers Ensemble.evaluate gives
+    from tsmix.forecasting import Forecaster
+    from tsmix.forecasting.ensemble import Ensemble
+
+    folder = runs / "ETTh1" / "24" / "2021"
+    ens = Ensemble([Forecaster.load(folder / m) for m in ("dlinear", "itransformer-notok-softmax",
+                                                           "itransformer-notok-linear")])
+    row = both["softmax+linear", "dlinear+" + mixed]
+    assert float(row["mse"]) == ens.evaluate("test")["mse"]
+    assert float(row["mse_paper"]) == ens.evaluate("test", "paper")["mse"]
+    assert float(row["val_mse"]) == ens.evaluate("val")["mse"]
     n = len(out.read_text().splitlines())
     assert n == 1 + len(both)  # the header, and no candidate twice
     assert run.main([*argv, "--mixer", "linear"]) == 0
