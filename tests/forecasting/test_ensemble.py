@@ -11,7 +11,7 @@ import torch
 
 from tsmix.errors import TsmixError
 from tsmix.forecasting import Forecaster
-from tsmix.forecasting.ensemble import Ensemble
+from tsmix.forecasting.ensemble import Ensemble, mean_scores
 
 from .conftest import HORIZON, TINY
 
@@ -50,6 +50,21 @@ def test_paper_protocol_keeps_full_batches_only(fitted):
         fitted.evaluate("test", "drop")
     with pytest.raises(TsmixError, match="split must be"):
         fitted.evaluate("holdout")
+
+
+def test_scores_from_forecasts_made_once_equal_evaluate(fitted):
+    """mean_scores: any subset of a pool of members scored from forecasts made once."""
+    preds, y = fitted.split_forecasts("test")
+    for protocol in ("fair", "paper"):
+        want = fitted.evaluate("test", protocol, batch_size=16)
+        got = mean_scores(preds, y, fitted.columns, [1.0, 3.0], protocol=protocol, batch_size=16)
+        assert got == want
+    a = fitted.members[0].evaluate("test")["mse"]
+    assert mean_scores(preds[:1], y, fitted.columns)["mse"] == pytest.approx(a, rel=1e-6)
+    with pytest.raises(TsmixError, match="no complete batch of 100000"):
+        mean_scores(preds, y, fitted.columns, protocol="paper", batch_size=100_000)
+    with pytest.raises(TsmixError, match="weights must be 2"):
+        mean_scores(preds, y, fitted.columns, [1.0])
 
 
 def test_predict_is_the_weighted_mean_of_member_frames(fitted):
