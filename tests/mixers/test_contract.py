@@ -260,8 +260,10 @@ def test_capabilities_are_consistent(name):
     spec, caps = mixer_spec(name), tsmix.mixer_capabilities(name)
     assert (spec.supports_causal, spec.supports_bidirectional) == (caps.causal, caps.bidirectional)
     assert caps.causal or caps.bidirectional
-    assert spec.causal_modes == tuple(c for c in (False, True) if (caps.bidirectional, caps.causal)[c])
-    for causal in {False, True} - set(spec.causal_modes):  # an undeclared mode is refused, clearly
+    assert spec.causal_modes, f"{name} declares no mode"
+    for causal in spec.causal_modes:  # every declared mode builds ...
+        make(name, causal)
+    for causal in {False, True} - set(spec.causal_modes):  # ... and an undeclared one is refused, clearly
         with pytest.raises(tsmix.TsmixError, match="causal" if causal else "bidirectional"):
             make(name, causal)
     assert set(caps.labels()) <= {"causal", "bidirectional", "position-aware", "streaming"}
