@@ -124,10 +124,12 @@ def rlinear_params_csv(path: str, study_name: str, fixed: dict | None = None) ->
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixers: list[str], rl: dict,
-            labels: dict[str, str], variate: dict | None = None) -> dict:
+            labels: dict[str, str], variate: dict | None = None, lookbacks: list[int] | None = None) -> dict:
     """Factories of the members by internal label, in ``names`` order: ``make(**overrides)``. A
     member built with a mixer comes once per ``mixers`` entry, labelled ``<label>[<mixer>]``
-    (``itransformer-notok[fem-aft]``); ``labels`` gives a member's name in the rows, when not its own."""
+    (``itransformer-notok[fem-aft]``); a linear member once per ``lookbacks`` entry, labelled
+    ``<label>-L<lookback>`` but at the anchors' 336 (:func:`member_labels`); ``labels`` gives a
+    member's name in the rows, when not its own."""
     from tsmix.forecasting import Forecaster
 
     common = dict(seed=seed, threads=1, progress=False)
@@ -147,19 +149,49 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixers: lis
     }
     out = {}
     for n in names:
-        for lab in member_labels([n], labels, mixers):
+        for lab in member_labels([n], labels, mixers, lookbacks):
             mixer = split_label(lab)[1]
-            out[lab] = (lambda m=mixer, f=make[n], **o: f(m, **o)) if mixer else make[n]
+            if mixer:
+                out[lab] = lambda m=mixer, f=make[n], **o: f(m, **o)
+            elif lookbacks:  # the member at each lookback (the plain label is the one at 336)
+                at = lookback_of(lab)
+                out[lab] = lambda f=make[n], at=at, **o: f(**{"lookback": at, **o})
+            else:
+                out[lab] = make[n]
     return out
 
 
 MIXER_MEMBERS = ("patchtst", "itransformer")  # members built with --mixer; the others have no mixer
+LINEAR_MEMBERS = ("rlinear", "dlinear")  # members --linear-lookbacks repeats (cheap to fit)
+ANCHOR_LOOKBACK = 336  # the anchors' lookback: the member at it keeps its plain name (and old rows)
 
 
-def member_labels(names: list[str], labels: dict[str, str], mixers: list[str]) -> list[str]:
-    """The members' internal labels: a mixer member once per mixer, ``<label>[<mixer>]``."""
-    return [f"{labels.get(n, n)}[{m}]" if n in MIXER_MEMBERS else labels.get(n, n)
-            for n in names for m in (mixers if n in MIXER_MEMBERS else [""])]
+def member_labels(names: list[str], labels: dict[str, str], mixers: list[str],
+                  lookbacks: list[int] | None = None) -> list[str]:
+    """The members' internal labels: a mixer member once per mixer, ``<label>[<mixer>]``; with
+    ``lookbacks``, a linear member once per lookback, ``<label>-L<lookback>`` (plain at 336)."""
+    out = []
+    for n in names:
+        base = labels.get(n, n)
+        if n in MIXER_MEMBERS:
+            out += [f"{base}[{m}]" for m in mixers]
+        elif n in LINEAR_MEMBERS and lookbacks:
+            out += [base if lb == ANCHOR_LOOKBACK else f"{base}-L{lb}" for lb in lookbacks]
+        else:
+            out.append(base)
+    return out
+
+
+def lookback_of(label: str) -> int:
+    """The lookback a linear member's label names: ``"rlinear-L720"`` -> 720, ``"rlinear"`` -> 336."""
+    head, sep, tail = label.rpartition("-L")
+    return int(tail) if sep and tail.isdigit() else ANCHOR_LOOKBACK
+
+
+def has_member(combo: tuple[str, ...], label: str) -> bool:
+    """Whether ``combo`` holds the member named ``label`` at any lookback (``rlinear``, ``rlinear-L720``)."""
+    return any(n == label or (n.rpartition("-L")[0] == label and n.rpartition("-L")[2].isdigit())
+               for n in combo)
 
 
 def split_label(label: str) -> tuple[str, str]:
@@ -282,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--members", default="patchtst,rlinear,dlinear",
                     help="comma-separated members to fit (patchtst, rlinear, dlinear, itransformer)")
     ap.add_argument("--variate-lookback", type=int, default=336, help="lookback of the itransformer member")
+    ap.add_argument("--linear-lookbacks", default=None, metavar="L1,L2,...",
+                    help="the rlinear and dlinear members once per lookback (rlinear-L720, ...; the one "
+                         f"at {ANCHOR_LOOKBACK} keeps its plain name), and the ensembles across them")
     ap.add_argument("--variate-calendar", action=argparse.BooleanOptionalAction, default=True,
                     help="the itransformer member reads the timestamp tokens (calendar=True)")
     ap.add_argument("--variate-label", default="itransformer",
@@ -336,11 +371,23 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not mixers:
         ap.error(f"--mixer: unknown {bad or 'empty list'}; choose from {', '.join(available_mixers())}")
     seeds = [int(x) for x in args.seeds.split(",")]
+    args.lookbacks = None
+    if args.linear_lookbacks is not None:
+        try:
+            given = (int(x) for x in args.linear_lookbacks.split(",") if x.strip())
+            args.lookbacks = list(dict.fromkeys(given))
+        except ValueError:
+            args.lookbacks = []
+        if not args.lookbacks or min(args.lookbacks) < 1:
+            ap.error("--linear-lookbacks: give positive integers, e.g. 192,336,720; got "
+                     f"{args.linear_lookbacks!r}")
+        if not set(names) & set(LINEAR_MEMBERS):
+            ap.error("--linear-lookbacks repeats the rlinear and dlinear members: --members has neither")
     if args.seed_ensemble and (len(set(seeds)) < 2 or args.refit):
         ap.error("--seed-ensemble needs two or more distinct --seeds and no --refit")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
     label = {"rlinear": args.rlinear_label, "itransformer": args.variate_label}
-    labels = member_labels(names, label, mixers)
+    labels = member_labels(names, label, mixers, args.lookbacks)
     wanted = [(c, False) for c in candidates(labels)] + [(c, True) for c in candidates(labels) if args.refit]
     done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
     commit = args.commit or git_commit()
@@ -365,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
                         "mixer": mixer, "candidate": cand, "size": len(combo),
                         **score(combo, fitted, refit, pool),
                         "train_seconds": round(sum(took[n] for n in combo), 1),
-                        "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
+                        "rlinear_params": repr(rl) if has_member(combo, args.rlinear_label) else "",
+                        "commit": commit,
                         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     })
                 append_csv(out, FIELDS, rows)  # one block per (dataset, horizon, seed): all or none
@@ -385,6 +433,12 @@ def rlinear_settings(args, names: list[str], dataset: str) -> dict:
           else rlinear_params(args.rlinear_study, study_name))
     if args.rlinear_center != "mean":
         rl["revin_center"] = args.rlinear_center
+    if args.lookbacks and rl.get("lookback", ANCHOR_LOOKBACK) != ANCHOR_LOOKBACK:
+        # the plain-named member would no longer be the study's: its rows would mean two things
+        raise SystemExit(f"--linear-lookbacks: study {args.rlinear_study_name.format(dataset=dataset)!r} "
+                         f"chose lookback {rl['lookback']}, but with --linear-lookbacks the plain "
+                         f"{args.rlinear_label!r} member is the one at {ANCHOR_LOOKBACK}; use a study at "
+                         f"{ANCHOR_LOOKBACK} (rlinear-{{dataset}}-336)")
     return rl
 
 
@@ -394,7 +448,8 @@ def fit_members(args, names: list[str], mixers: list[str], dataset: str, horizon
     twin with ``--refit``: ``({"train": {name: fit}, "tv": {...}}, seconds alike)``."""
     fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
     folder = Path(args.runs) / dataset / str(horizon) / str(seed)
-    for name, make in members(names, dataset, horizon, seed, mixers, rl, label, variate).items():
+    made = members(names, dataset, horizon, seed, mixers, rl, label, variate, args.lookbacks)
+    for name, make in made.items():
         base, mixer = split_label(name)
         run = folder / (f"{base}-{mixer}" if mixer else name)
         f, secs = fit_or_load(make, run, dataset, args.data_dir)
@@ -443,7 +498,8 @@ def seed_ensembles(args, names: list[str], mixers: list[str], seeds: list[int], 
                     "mixer": mixer, "candidate": cand, "size": len(combo),
                     **score(combo, {"train": group}, False, pool),
                     "train_seconds": round(sum(seconds[n] for n in combo), 1),
-                    "rlinear_params": repr(rl) if args.rlinear_label in combo else "", "commit": commit,
+                    "rlinear_params": repr(rl) if has_member(combo, args.rlinear_label) else "",
+                    "commit": commit,
                     "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 })
             append_csv(out, FIELDS, rows)

@@ -91,16 +91,19 @@ def test_a_seed_ensemble_needs_two_seeds_and_no_refit(capsys):
         assert "--seed-ensemble needs two or more distinct --seeds" in capsys.readouterr().err
 
 
-def cheap_members(names, dataset, horizon, seed, mixers, rl, labels, variate=None):
-    """Stand-in for run.members: the same labels, members at 1 epoch and L=48."""
+def cheap_members(names, dataset, horizon, seed, mixers, rl, labels, variate=None, lookbacks=None):
+    """Stand-in for run.members: the same labels, members at 1 epoch and L=48 (a linear member
+    with ``lookbacks`` at the lookback its label names)."""
     from tsmix.forecasting import Forecaster
 
     common = dict(horizon=horizon, lookback=48, epochs=1, seed=seed, threads=1, progress=False)
     out = {}
     for n in names:
-        for label in run.member_labels([n], labels, mixers):
-            mixer = {"mixer": run.split_label(label)[1]} if n in run.MIXER_MEMBERS else {}
-            out[label] = lambda model=n, mixer=mixer, **o: Forecaster(model=model, **{**common, **mixer, **o})
+        for label in run.member_labels([n], labels, mixers, lookbacks):
+            extra = {"mixer": run.split_label(label)[1]} if n in run.MIXER_MEMBERS else {}
+            if n in run.LINEAR_MEMBERS and lookbacks:
+                extra = {"lookback": run.lookback_of(label)}
+            out[label] = lambda model=n, extra=extra, **o: Forecaster(model=model, **{**common, **extra, **o})
     return out
 
 
@@ -204,3 +207,74 @@ def test_seed_ensembles_average_every_members_fits_over_the_seeds(tmp_path, monk
     assert run.main(argv) == 0  # resumable: nothing left to score, no row twice
     with open(out, newline="") as fh:
         assert len(list(csv.DictReader(fh))) == n
+
+
+def test_linear_members_come_once_per_lookback():
+    """--linear-lookbacks: rlinear and dlinear once per lookback, the one at 336 under its plain name
+    (so its rows and fits are a plain run's); every factory builds its member at its lookback."""
+    labels = run.member_labels(["rlinear", "dlinear", "itransformer"], {"rlinear": "rlinear-last"},
+                               ["softmax"], [96, 336, 720])
+    assert labels == ["rlinear-last-L96", "rlinear-last", "rlinear-last-L720", "dlinear-L96", "dlinear",
+                      "dlinear-L720", "itransformer[softmax]"]
+    assert run.member_labels(["rlinear"], {}, ["softmax"], None) == ["rlinear"]
+    assert [run.lookback_of(n) for n in ("rlinear-L720", "rlinear", "rlinear-last", "dlinear-L96")] == [
+        720, 336, 336, 96]
+    assert run.has_member(("dlinear", "rlinear-L720"), "rlinear")
+    assert not run.has_member(("dlinear", "rlinear-last-L720"), "rlinear")
+    assert run.has_member(("rlinear-last-L720",), "rlinear-last")
+    made = run.members(["rlinear", "dlinear"], "ETTh1", 96, 2021, ["softmax"], {"lr": 1e-3}, {}, None,
+                       [192, 336])
+    assert {k: f().config.lookback for k, f in made.items()} == {
+        "rlinear-L192": 192, "rlinear": 336, "dlinear-L192": 192, "dlinear": 336}
+    plain = run.members(["rlinear", "dlinear"], "ETTh1", 96, 2021, ["softmax"], {"lr": 1e-3}, {})
+    for name in ("rlinear", "dlinear"):  # the plain member is the very config of a run without the flag
+        assert made[name]().config.resolved() == plain[name]().config.resolved()
+
+
+def test_linear_lookbacks_are_checked(capsys, monkeypatch):
+    for bad in ("", "336,x", "0,336"):
+        with pytest.raises(SystemExit) as exc:
+            run.main(["--members", "dlinear", "--linear-lookbacks", bad])
+        assert exc.value.code == 2 and "--linear-lookbacks: give positive integers" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--members", "itransformer", "--linear-lookbacks", "336,720"])
+    assert exc.value.code == 2 and "--members has neither" in capsys.readouterr().err
+    # a study that chose lookback 512 (its storage replays it): its member is not the one at 336
+    import argparse
+
+    monkeypatch.setattr(run, "rlinear_params_csv", lambda *a: {"lr": 1e-3, "lookback": 512})
+    args = argparse.Namespace(rlinear_study_name="rlinear-{dataset}-lb", rlinear_trials="t.csv",
+                              rlinear_set=[], rlinear_center="mean", rlinear_label="rlinear",
+                              lookbacks=[336, 720])
+    with pytest.raises(SystemExit) as exc:
+        run.rlinear_settings(args, ["rlinear"], "ETTh1")
+    assert "'rlinear-ETTh1-lb' chose lookback 512" in str(exc.value.code)
+    args.lookbacks = None  # without the flag the study's lookback stands
+    assert run.rlinear_settings(args, ["rlinear"], "ETTh1") == {"lr": 1e-3, "lookback": 512}
+
+
+def test_ensembles_across_lookbacks_keep_the_plain_rows(tmp_path, monkeypatch, data_dir):
+    """With --linear-lookbacks 48,336 the members at 336 are the plain run's (not scored or fitted
+    again), and an ensemble across lookbacks averages the fits its members' rows scored."""
+    import csv
+
+    monkeypatch.setattr(run, "members", cheap_members)
+    out, runs = tmp_path / "rows.csv", tmp_path / "runs"
+    argv = ["--datasets", "ETTh1", "--horizons", "24", "--seeds", "2021", "--members", "dlinear",
+            "--data-dir", str(data_dir), "--runs", str(runs), "--out", str(out), "--commit", "test"]
+
+    def rows():
+        with open(out, newline="") as fh:
+            return {r["candidate"]: r for r in csv.DictReader(fh)}
+
+    assert run.main([*argv, "--linear-lookbacks", "336"]) == 0  # one lookback: the plain member alone
+    first = rows()
+    assert set(first) == {"dlinear"}
+    assert run.main([*argv, "--linear-lookbacks", "48,336"]) == 0
+    both = rows()
+    assert set(both) == {"dlinear", "dlinear-L48", "dlinear-L48+dlinear"}
+    assert both["dlinear"] == first["dlinear"]  # kept, not scored again
+    parts = [float(m) for m in both["dlinear-L48+dlinear"]["members_mse"].split(";")]
+    assert parts == pytest.approx([float(both[k]["mse"]) for k in ("dlinear-L48", "dlinear")], abs=1e-6)
+    assert float(both["dlinear-L48+dlinear"]["mse"]) <= sum(parts) / 2 + 1e-9  # MSE is convex
+    assert sorted(p.name for p in (runs / "ETTh1" / "24" / "2021").iterdir()) == ["dlinear", "dlinear-L48"]
