@@ -260,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
             "    --members dlinear,itransformer --mixer fem-aft,yb-spectral,nrgpt --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok\n"
+            "# ETTh1, ETTh2 (session 22): the linear members at lookbacks 192, 336 and 720, and the\n"
+            "# ensembles across lookbacks (the members at 336 are the rows above)\n"
+            "python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear --linear-lookbacks 192,336,720 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")

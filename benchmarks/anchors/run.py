@@ -26,6 +26,10 @@ per mixer and the candidates include ensembles across mixers, named with each me
 ``fem-aft+yb-spectral``); a candidate with one mixer keeps the rows and saved fits of a run with
 that ``--mixer`` alone.
 
+``--linear-lookbacks 192,336,720`` fits the rlinear and dlinear members once per lookback
+(``rlinear-L192``, ``dlinear-L720``; the one at the anchors' 336 keeps its plain name, rows and saved
+fits), so the candidates include ensembles across lookbacks.
+
 Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
 report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
 over the four horizons and puts its test score beside the published anchors. Fitted members are
