@@ -186,16 +186,20 @@ def member_labels(names: list[str], labels: dict[str, str], mixers: list[str],
     return out
 
 
+def split_lookback(label: str) -> tuple[str, int | None]:
+    """``"rlinear-L720"`` -> ``("rlinear", 720)``; a label without a lookback -> ``(label, None)``."""
+    head, sep, tail = label.rpartition("-L")
+    return (head, int(tail)) if sep and tail.isdigit() else (label, None)
+
+
 def lookback_of(label: str) -> int:
     """The lookback a linear member's label names: ``"rlinear-L720"`` -> 720, ``"rlinear"`` -> 336."""
-    head, sep, tail = label.rpartition("-L")
-    return int(tail) if sep and tail.isdigit() else ANCHOR_LOOKBACK
+    return split_lookback(label)[1] or ANCHOR_LOOKBACK
 
 
 def has_member(combo: tuple[str, ...], label: str) -> bool:
     """Whether ``combo`` holds the member named ``label`` at any lookback (``rlinear``, ``rlinear-L720``)."""
-    return any(n == label or (n.rpartition("-L")[0] == label and n.rpartition("-L")[2].isdigit())
-               for n in combo)
+    return any(split_lookback(n)[0] == label for n in combo)
 
 
 def split_label(label: str) -> tuple[str, str]:
