@@ -67,6 +67,32 @@ def test_scores_from_forecasts_made_once_equal_evaluate(fitted):
         mean_scores(preds, y, fitted.columns, [1.0])
 
 
+@pytest.mark.parametrize("chunk", [1, 7 * 5, 10**9])  # a window per chunk, chunks that split the last, one
+def test_chunked_scores_equal_the_whole_split_reference(monkeypatch, chunk):
+    """mean_scores sums the windows a chunk at a time; the plain float64 formula over the whole split is
+    the reference, for the mean and each member, whatever the chunking (values per window: 4 x 3)."""
+    import tsmix.forecasting.ensemble as ens
+
+    monkeypatch.setattr(ens, "_CHUNK_VALUES", chunk)
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(23, 4, 3, generator=g, dtype=torch.float64)
+    preds = [torch.randn(23, 4, 3, generator=g), torch.randn(23, 4, 3, generator=g, dtype=torch.float64)]
+    kept = preds[1].clone()
+    for protocol, n in (("fair", 23), ("paper", 20)):
+        got = mean_scores(preds, y, ["a", "b", "c"], [1.0, 3.0], protocol=protocol, batch_size=5)
+        mean = 0.25 * preds[0][:n].double() + 0.75 * preds[1][:n]
+        err = mean - y[:n]
+        assert got["windows"] == n
+        assert got["mse"] == pytest.approx(float(err.square().mean()), rel=1e-12)
+        assert got["mae"] == pytest.approx(float(err.abs().mean()), rel=1e-12)
+        want_b = float(err[..., 1].square().mean())
+        assert got["per_channel"]["b"]["mse"] == pytest.approx(want_b, rel=1e-12)
+        for k, p in enumerate(preds):
+            own = float((p[:n].double() - y[:n]).square().mean())
+            assert got["members"][k] == pytest.approx(own, rel=1e-12)
+    assert torch.equal(preds[1], kept)  # a float64 member's forecasts are read, not overwritten
+
+
 def test_predict_is_the_weighted_mean_of_member_frames(fitted):
     frames = [m.predict() for m in fitted.members]
     out = fitted.predict()
