@@ -265,6 +265,16 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTh1,ETTh2 --seeds 2021 \\\n"
             "    --members rlinear,dlinear --linear-lookbacks 192,336,720 \\\n"
             "    --rlinear-trials benchmarks/anchors/studies.csv\n"
+            "# ETTm1, ETTm2 (sessions 23-24): the linear members at 192, 336 and 720 beside the variate\n"
+            "# member of the rows above (ETTm1: nrgpt; session 24 adds RLinear there)\n"
+            "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer nrgpt --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,336,720 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
+            "python benchmarks/anchors/run.py --datasets ETTm2 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,336,720 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
