@@ -234,8 +234,8 @@ def mean_scores(preds: Sequence[torch.Tensor], target: torch.Tensor, columns: Se
 
 # mean_scores reads the windows in chunks of about this many values: a whole split at a long
 # horizon (ETTm1 test at H=720: 58M values) in float64 temporaries spends seconds per pass on
-# fresh memory alone, which chunks that stay in cache avoid (~12x faster on one CPU thread);
-# the sums are the same up to rounding.
+# fresh memory alone, which chunks that stay in cache avoid (one call there with 3 members, one
+# CPU thread: 0.9 s instead of 27-41 s); the sums are the same up to rounding.
 _CHUNK_VALUES = 1 << 18
 
 
