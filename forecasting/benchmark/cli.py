@@ -46,6 +46,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failing run")
     p.add_argument("--dry-run", action="store_true", help="show what would run, run nothing")
     p.add_argument("--no-report", action="store_true", help="do not re-render README.md/plots afterwards")
+    p.add_argument("--progress", action="store_true",
+                   help="a line per epoch of every run on stderr (a bar too on a terminal); runs on the "
+                        "paper grid take up to an hour each")
     _speed_args(p, with_out=True)
     p.set_defaults(func=_benchmark)
 
@@ -169,7 +172,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         return 0
     out = run_suite(suite, args.results, **sel, data_dir=args.data_dir, threads=args.threads, shard=shard,
                     max_runs=args.max_runs, part=part, rerun_stale=args.rerun_stale, fail_fast=args.fail_fast,
-                    tracking_uri=args.tracking_uri)
+                    tracking_uri=args.tracking_uri, progress=args.progress)
     print(f"{suite.name}: ran {out['ran']} runs in {out['seconds']:.0f}s "
           f"({out['done_before']} were already stored); {len(out['failed'])} failed")
     for label, msg in out["failed"]:

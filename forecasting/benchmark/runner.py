@@ -39,12 +39,13 @@ def _device_of(forecaster: Any) -> str:
     return str(dev)
 
 
-def build_forecaster(spec: RunSpec, threads: int | None = None):
-    """The Forecaster of one run: preset (if any) plus the run's overrides."""
+def build_forecaster(spec: RunSpec, threads: int | None = None, progress: bool = False):
+    """The Forecaster of one run: preset (if any) plus the run's overrides. ``progress``: the
+    engine's line per epoch (and its bar on a terminal); off, the runner's lines are all there is."""
     from tsmix.forecasting import Forecaster
 
     kw = spec.kwargs()
-    kw["progress"] = False  # one line per run from the runner instead of a bar per epoch
+    kw["progress"] = progress
     if threads is not None:
         kw["threads"] = threads
     if spec.preset is None:
@@ -87,9 +88,9 @@ def _config_value(forecaster: Any, name: str) -> Any:
 
 
 def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
-            threads: int | None = None) -> dict[str, Any]:
+            threads: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Train and score one run; return its result row (not yet stored)."""
-    forecaster = build_forecaster(spec, threads)
+    forecaster = build_forecaster(spec, threads, progress)
     data, fit_kw = _data_for(spec, data_dir)
     t0, c0 = time.perf_counter(), time.process_time()
     forecaster.fit(data, **fit_kw)
@@ -201,9 +202,12 @@ def run_suite(
     rerun_stale: bool = False,
     fail_fast: bool = False,
     tracking_uri: str | None = None,
+    progress: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the missing part of a suite grid. Returns counts and the rows written this call."""
+    """Run the missing part of a suite grid. Returns counts and the rows written this call.
+    ``log`` gets a line as each run starts and one as it ends; ``progress`` adds the engine's line
+    per epoch (on stderr), for runs long enough to want one."""
     if threads is not None:
         torch.set_num_threads(threads)
     store = ResultStore(results, shard=shard)
@@ -224,8 +228,10 @@ def run_suite(
     t_start = time.perf_counter()
     for i, spec in enumerate(todo, 1):
         t0 = time.perf_counter()
+        started = datetime.now().astimezone().isoformat(timespec="seconds")
+        log(f"[{i}/{len(todo)}] {spec.label}: started {started}")
         try:
-            row = run_one(spec, data_dir=data_dir, threads=threads)
+            row = run_one(spec, data_dir=data_dir, threads=threads, progress=progress)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken mixer must not stop the grid; it reruns next time

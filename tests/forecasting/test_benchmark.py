@@ -213,6 +213,40 @@ def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
         assert (results / "smoke" / "plots" / f"{name}.png").stat().st_size > 1000
 
 
+def test_progress_lines_per_run_and_per_epoch(tmp_path, data_dir, capsys):
+    """Each run logs a start line and an end line; --progress adds the engine's epoch line on stderr,
+    and with stderr not a terminal (a log file, here pytest's capture) no bar is drawn there."""
+    lines: list[str] = []
+    run_suite(SUITES["smoke"], tmp_path / "r", models=["dlinear"], data_dir=data_dir, threads=1,
+              progress=True, log=lines.append)
+    assert len(lines) == 3 and "started" in lines[1] and "mse" in lines[2], lines
+    err = capsys.readouterr().err
+    assert "epoch 1/1  train" in err and "\r" not in err and "step/s" not in err
+    lines.clear()
+    run_suite(SUITES["smoke"], tmp_path / "q", models=["dlinear"], data_dir=data_dir, threads=1, log=lines.append)
+    assert len(lines) == 3 and "epoch 1/1" not in capsys.readouterr().err  # default: the runner's lines only
+
+
+def test_progress_bar_only_where_it_can_be_seen(monkeypatch):
+    from tsmix.engine.callbacks import Progress
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, _s: str) -> int:
+            return 0
+
+        def flush(self) -> None:
+            pass
+
+    assert Progress(10, 1, enabled=True).bar.disable  # pytest's captured stderr: no terminal
+    monkeypatch.setattr("sys.stderr", Terminal())
+    bar = Progress(10, 1, enabled=True).bar
+    assert not bar.disable and Progress(10, 1, enabled=False).bar.disable
+    bar.close()
+
+
 # ---------------------------------------------------------------- report
 
 def test_report_tables_from_rows(tmp_path):

@@ -35,14 +35,29 @@ def run_callbacks(callbacks: Sequence[Callback], epoch: int, log: dict, d: Dist,
         raise error
 
 
+def _bar_visible() -> bool:
+    """Whether a live bar can be seen: a terminal on stderr, or a notebook (tqdm.auto's widget).
+    Redirected to a file, a bar is only carriage-return noise; the epoch lines still go there."""
+    import warnings
+
+    from tqdm.std import tqdm as console
+
+    with warnings.catch_warnings():  # autonotebook warns when it picks the notebook bar
+        warnings.simplefilter("ignore")
+        from tqdm.autonotebook import tqdm as chosen
+    return chosen is not console or bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
 class Progress:
-    """A tqdm bar over all steps plus one persistent line per epoch (rank 0, when enabled)."""
+    """A tqdm bar over all steps plus one persistent line per epoch (rank 0, when enabled); the
+    bar only where it can be watched (``_bar_visible``), the epoch lines wherever stderr goes."""
 
     def __init__(self, total: int, epochs: int, enabled: bool, desc: str = "fit") -> None:
         from tqdm.auto import tqdm
 
         self.epochs, self.enabled = epochs, enabled
-        self.bar = tqdm(total=total, disable=not enabled, desc=desc, unit="step", leave=False)
+        self.bar = tqdm(total=total, disable=not (enabled and _bar_visible()), desc=desc, unit="step",
+                        leave=False)
 
     def step(self) -> None:
         self.bar.update(1)
