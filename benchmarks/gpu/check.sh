@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The GPU checks of issues #21 and #22, prepared to run on a lent GPU machine (the `device` tool).
-# Here first: `bash benchmarks/gpu/prepare.sh` (wheels and data into ignored folders), then
-#   run(command="bash benchmarks/gpu/check.sh", carry=[".whl", ".gpu-data"], timeout_s=420)
-# and, with the device time left, a second call for the paper-recipe rows:
-#   run(command="PAPER_SECONDS=480 bash benchmarks/gpu/check.sh paper", carry=[...], timeout_s=560)
-# Parts (arguments; default "tests speed"), each under its own time limit:
-#   tests  tests/test_devices.py: every mixer and model on the GPU vs float64 on the CPU (outputs,
-#          gradients), a Forecaster fitted there, bf16-mixed                              (150 s)
-#   speed  tsmix benchmark-speed, CUDA wall time: the patch/variate shapes with batch as an axis
-#          (90 s), then the N x D sweep (120 s)
-#   paper  the patch encoder's paper recipe on ETTm1, ETTm2, Weather (H=96, seed 2021, softmax;
-#          the Forecaster's device "auto" takes the GPU); a row per finished run (PAPER_SECONDS)
+# Here first: `bash benchmarks/gpu/prepare.sh` (wheels and data into ignored folders), then one call
+# that fits the session's 15 device-minutes (a machine start takes one or two of them):
+#   run(command="PAPER_SECONDS=420 SPEED_UNTIL=560 bash benchmarks/gpu/check.sh paper tests speed",
+#       carry=[".whl", ".gpu-data"], timeout_s=595)
+# Parts (arguments; default "tests speed"):
+#   paper  the patch encoder's paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON,
+#          default "ETTm1:96 ETTm2:96 Weather:96"; seed 2021, PAPER_MIXER or softmax), all started
+#          at once and each stopped after PAPER_SECONDS; a row per finished run, a line per epoch
+#   tests  tests/test_devices.py beside the paper runs: every mixer and model on the GPU vs float64
+#          on the CPU (outputs, gradients), a Forecaster fitted there, bf16-mixed          (150 s)
+#   speed  tsmix benchmark-speed, CUDA wall time, after the paper runs (an idle GPU) and only
+#          until SPEED_UNTIL seconds from the start: the patch/variate shapes with batch as an axis
+#          (<= 90 s), then the N x D sweep (<= 120 s)
 # Everything lands in $OUT/gpu.tar.gz plus $OUT/check.log. Back here, unpack it in the repository
 # root: rows go to benchmarks/results/paper/rows/*.gpu.csv (the shard "gpu"), the speed files to
 # benchmarks/speed/cuda/, logs to benchmarks/gpu/; then `tsmix benchmark-report --suite paper`.
@@ -70,6 +72,27 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, device "
       f"from {tsmix.__file__}")
 PYEOF
 
+# -- paper first: its runs are the long part, one process per cell, all at once (each is a small
+# model that leaves most of the GPU idle); the tests run beside them, speed only after them
+PAPER_PIDS=()
+if wants paper; then
+    echo "## paper recipe, patch encoder, on the GPU: ${PAPER_CELLS:=ETTm1:96 ETTm2:96 Weather:96}"
+    if [ -f "$ROOT/.gpu-data/data.tar.xz" ]; then
+        DATA=$(mktemp -d)
+        tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
+        for cell in $PAPER_CELLS; do  # DATASET:HORIZON; a row is written only when its run finishes
+            ds=${cell%%:*} h=${cell##*:}
+            timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models patchtst \
+                --mixers "${PAPER_MIXER:-softmax}" --datasets "$ds" --horizons "$h" --seeds 2021 --threads 2 \
+                --shard gpu --data-dir "$DATA" --results "$STAGE/benchmarks/results" --no-report --progress \
+                > "$STAGE/benchmarks/gpu/paper-$ds-$h.log" 2>&1 &
+            PAPER_PIDS+=($!)
+        done
+    else
+        echo "no .gpu-data/data.tar.xz: run benchmarks/gpu/prepare.sh here and carry .gpu-data"
+    fi
+fi
+
 if wants tests; then
     echo "## tests/test_devices.py"
     # the device is named, so a GPU the test cannot see fails here instead of skipping
@@ -77,25 +100,28 @@ if wants tests; then
         "$ROOT/tests/test_devices.py" 2>&1 | tee "$STAGE/benchmarks/gpu/test_devices.txt" | tail -25
 fi
 
-if wants speed; then
-    echo "## speed: encoder shapes"
-    timeout 90 $PY -m tsmix benchmark-speed --device "$DEV" --shapes patch variate --rounds 7 \
-        --out "$STAGE/benchmarks/speed/cuda" | tail -45
-    echo "## speed: N x D sweep"
-    timeout 120 $PY -m tsmix benchmark-speed --device "$DEV" --time-budget 1 --mem-budget 60000 \
-        --out "$STAGE/benchmarks/speed/cuda" | tail -30
+if [ ${#PAPER_PIDS[@]} -gt 0 ]; then
+    wait "${PAPER_PIDS[@]}"
+    for f in "$STAGE"/benchmarks/gpu/paper-*.log; do
+        echo "-- $(basename "$f"): $(grep -c '^epoch' "$f") epochs logged"; grep -v '^epoch' "$f" | tail -4
+        grep '^epoch' "$f" | tail -2
+    done
 fi
 
-if wants paper; then
-    echo "## paper recipe, patch encoder, on the GPU"
-    if [ -f "$ROOT/.gpu-data/data.tar.xz" ]; then
-        DATA=$(mktemp -d)
-        tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
-        # rows are written into the staging folder's results only when a run finishes
-        timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models patchtst --mixers softmax \
-            --datasets ETTm1 ETTm2 Weather --horizons 96 --seeds 2021 --shard gpu --data-dir "$DATA" \
-            --results "$STAGE/benchmarks/results" --no-report 2>&1 | tail -20
-    else
-        echo "no .gpu-data/data.tar.xz: run benchmarks/gpu/prepare.sh here and carry .gpu-data"
+# speed wants an idle GPU: after the paper runs, within SPEED_UNTIL seconds of the script's start
+# (the device call's own limit), the encoder shapes first
+left() { echo $(( ${SPEED_UNTIL:-100000} - SECONDS )); }
+if wants speed; then
+    if [ "$(left)" -gt 40 ]; then
+        T=$(( $(left) < 90 ? $(left) - 10 : 90 ))
+        echo "## speed: encoder shapes (${T}s)"
+        timeout "$T" $PY -m tsmix benchmark-speed --device "$DEV" --shapes patch variate --rounds 7 \
+            --out "$STAGE/benchmarks/speed/cuda" | tail -45
+    fi
+    if [ "$(left)" -gt 40 ]; then
+        T=$(( $(left) < 120 ? $(left) - 10 : 120 ))
+        echo "## speed: N x D sweep (${T}s)"
+        timeout "$T" $PY -m tsmix benchmark-speed --device "$DEV" --time-budget 1 --mem-budget 60000 \
+            --out "$STAGE/benchmarks/speed/cuda" | tail -30
     fi
 fi
