@@ -135,6 +135,11 @@ def dataset_table(groups: list[dict[str, Any]], dataset: str, metric: str = "mse
         avg_cell = _cell(a[0], a[1], a[0] == best_avg, a[2]) if a else "—"
         cpu = [r["cpu_seconds"] for g in per.values() for r in g["per_seed"].values() if r.get("cpu_seconds")]
         cost = f"{statistics.fmean(cpu):.0f}" if cpu else "—"  # process CPU s of fit(): robust to load
+        # a run on an accelerator spent its time there: its CPU seconds are only the driving process's
+        accel = sorted({str(r.get("device")) for g in per.values() for r in g["per_seed"].values()}
+                       - {"cpu", "None", ""})
+        if cpu and accel:
+            cost += f" (on {', '.join(accel)})"
         lines.append(f"| {_row_label(*k)} | " + " | ".join(cells) + f" | {avg_cell} | {seeds} | {cost} |")
     pm = "mse" if metric.startswith("mse") else "mae"  # published tables have mse/mae only
     for ref in references:

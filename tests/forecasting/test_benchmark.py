@@ -223,7 +223,8 @@ def test_progress_lines_per_run_and_per_epoch(tmp_path, data_dir, capsys):
     err = capsys.readouterr().err
     assert "epoch 1/1  train" in err and "\r" not in err and "step/s" not in err
     lines.clear()
-    run_suite(SUITES["smoke"], tmp_path / "q", models=["dlinear"], data_dir=data_dir, threads=1, log=lines.append)
+    run_suite(SUITES["smoke"], tmp_path / "q", models=["dlinear"], data_dir=data_dir, threads=1,
+              log=lines.append)
     assert len(lines) == 3 and "epoch 1/1" not in capsys.readouterr().err  # default: the runner's lines only
 
 
@@ -257,7 +258,7 @@ def test_report_tables_from_rows(tmp_path):
             store.put(_row(suite="quick", horizon=h, seed=seed, mse=0.40 + 0.01 * i + noise, mae=0.42,
                            mse_paper=0.39 + 0.01 * i, train_seconds=10.0, cpu_seconds=10.0, params=1000))
             store.put(_row(suite="quick", horizon=h, seed=seed, mixer="other", mse=0.45 + noise, mae=0.41,
-                           train_seconds=20.0, params=3000))
+                           train_seconds=20.0, cpu_seconds=30.0, params=3000, device="cuda"))
             store.put(_row(suite="quick", horizon=h, seed=seed, model="dlinear", mixer=NO_MIXER, mse=0.417,
                            mae=0.44, train_seconds=2.0, params=500))
     groups = aggregate(store.rows("quick"))
@@ -275,6 +276,8 @@ def test_report_tables_from_rows(tmp_path):
     pub = lines["*published: PatchTST/42, L=336*"]
     assert "*0.375*" in pub and "*0.417*" in pub  # (.375+.414+.431+.449)/4
     assert soft.rstrip(" |").endswith("10")  # CPU s/run: mean cpu_seconds of the row's runs
+    assert lines["patchtst · other (L=336)"].rstrip(" |").endswith("30 (on cuda)")  # not a CPU fit's cost
+    assert lines["dlinear (L=336)"].rstrip(" |").endswith("—")  # no cpu_seconds stored
     # paired over seeds: "other" - softmax = 0.05 - 0.01 i per horizon, the same for every seed (SE 0)
     paired = {ln.split("|")[1].strip(): ln for ln in paired_table(groups, "ETTh1", "mse").splitlines()[2:]}
     assert set(paired) == {"patchtst · other (L=336)"}  # softmax is the reference, dlinear has no mixer
