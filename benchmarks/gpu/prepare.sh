@@ -7,7 +7,7 @@
 #               (the ../shared/data beside a checkout does not travel), and the commit the travelling
 #               copy is (it has no .git; result rows name it). Both folders are ignored
 #               by git; never commit them.
-# Then: device run(command="bash benchmarks/gpu/check.sh", carry=[".whl", ".gpu-data"], timeout_s=560)
+# Then: the device call at the top of benchmarks/gpu/check.sh (carry=[".whl", ".gpu-data"])
 # The two folders and the tracked tree must stay under the tool's 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
