@@ -263,6 +263,9 @@ class Forecaster:
             "val_mse": val_mse, "production": False,
             "epochs": n_epochs, "best_epoch": result.best_epoch, "train_seconds": result.train_seconds,
             "seconds_per_epoch": result.train_seconds / max(n_epochs, 1), "fit_seconds": result.seconds,
+            # CPU time earlier processes spent on this fit before a resume (their checkpoints carry it)
+            "resumed_cpu_seconds": result.resumed_cpu_seconds + (chosen.resumed_cpu_seconds
+                                                                 if result is not chosen else 0.0),
             "params": count_params(fitted.model), "protocol": cfg.eval_protocol,
             "test_windows": test.get("windows"), "device": str(device),
             "per_channel": test.get("per_channel"), "train_on": fitted.config.train_on,

@@ -5,9 +5,12 @@
 #   run(command="PAPER_SECONDS=420 SPEED_UNTIL=560 bash benchmarks/gpu/check.sh paper tests speed",
 #       carry=[".whl", ".gpu-data"], timeout_s=595)
 # Parts (arguments; default "tests speed"):
-#   paper  the patch encoder's paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON,
-#          default "ETTm1:96 ETTm2:96 Weather:96"; seed 2021, PAPER_MIXER or softmax), all started
-#          at once and each stopped after PAPER_SECONDS; a row per finished run, a line per epoch
+#   paper  the paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON[:MODEL[:MIXER]],
+#          default "ETTm1:96 ETTm2:96 Weather:96"; MODEL patchtst, MIXER PAPER_MIXER or softmax,
+#          e.g. "Weather:96:itransformer:nrgpt"; seed 2021), all started at once and each stopped
+#          after PAPER_SECONDS; a row per finished run, a line per epoch. Each run checkpoints every
+#          epoch into .gpu-ckpt/ (ignored, kept on the machine while it stays warm): a later call with
+#          the same cell continues a stopped run instead of starting it over
 #   tests  tests/test_devices.py beside the paper runs: every mixer and model on the GPU vs float64
 #          on the CPU (outputs, gradients), a Forecaster fitted there, bf16-mixed          (150 s)
 #   speed  tsmix benchmark-speed, CUDA wall time, after the paper runs (an idle GPU) and only
@@ -76,16 +79,18 @@ PYEOF
 # model that leaves most of the GPU idle); the tests run beside them, speed only after them
 PAPER_PIDS=()
 if wants paper; then
-    echo "## paper recipe, patch encoder, on the GPU: ${PAPER_CELLS:=ETTm1:96 ETTm2:96 Weather:96}"
+    echo "## paper recipe on the GPU: ${PAPER_CELLS:=ETTm1:96 ETTm2:96 Weather:96}"
     if [ -f "$ROOT/.gpu-data/data.tar.xz" ]; then
         DATA=$(mktemp -d)
         tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
-        for cell in $PAPER_CELLS; do  # DATASET:HORIZON; a row is written only when its run finishes
-            ds=${cell%%:*} h=${cell##*:}
-            timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models patchtst \
-                --mixers "${PAPER_MIXER:-softmax}" --datasets "$ds" --horizons "$h" --seeds 2021 --threads 2 \
+        for cell in $PAPER_CELLS; do  # a row is written only when its run finishes
+            IFS=: read -r ds h model mixer <<< "$cell"
+            model=${model:-patchtst} mixer=${mixer:-${PAPER_MIXER:-softmax}}
+            name=paper-$ds-$h$([ "$model" = patchtst ] || echo "-$model-$mixer")
+            timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models "$model" \
+                --mixers "$mixer" --datasets "$ds" --horizons "$h" --seeds 2021 --threads 2 \
                 --shard gpu --data-dir "$DATA" --results "$STAGE/benchmarks/results" --no-report --progress \
-                > "$STAGE/benchmarks/gpu/paper-$ds-$h.log" 2>&1 &
+                --checkpoints "$ROOT/.gpu-ckpt" > "$STAGE/benchmarks/gpu/$name.log" 2>&1 &
             PAPER_PIDS+=($!)
         done
     else

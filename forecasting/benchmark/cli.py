@@ -2,6 +2,7 @@
 
     tsmix benchmark --suite smoke|quick|paper [--datasets ...] [--horizons ...] [--models ...]
                     [--mixers ...] [--seeds ...] [--results DIR] [--data-dir D] [--tracking-uri U]
+                    [--checkpoints DIR] [--progress]
     tsmix benchmark --suite speed ...          (same as tsmix benchmark-speed)
     tsmix benchmark-report --suite quick [--results DIR] [--out DIR]
     tsmix benchmark-speed [--lengths ...] [--widths ...] [--mixers ...] [--out DIR]
@@ -46,6 +47,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failing run")
     p.add_argument("--dry-run", action="store_true", help="show what would run, run nothing")
     p.add_argument("--no-report", action="store_true", help="do not re-render README.md/plots afterwards")
+    p.add_argument("--checkpoints", default=None, metavar="DIR",
+                   help="checkpoint every run after each epoch under DIR (a folder per run) and continue a "
+                        "killed run from there, with the numbers of an uninterrupted one; a run's folder is "
+                        "removed once its row is stored")
     p.add_argument("--progress", action="store_true",
                    help="a line per epoch of every run on stderr (a bar too on a terminal); runs on the "
                         "paper grid take up to an hour each")
@@ -147,7 +152,15 @@ def _benchmark(args: argparse.Namespace) -> int:
     if args.suite == "speed":
         return _speed(args)
     from .report import write_report
-    from .runner import default_shard, estimate_seconds, plan, run_suite, select_part
+    from .runner import (
+        checkpoint_epoch,
+        checkpoint_folder,
+        default_shard,
+        estimate_seconds,
+        plan,
+        run_suite,
+        select_part,
+    )
     from .store import ResultStore
     from .suites import expand, get_suite
 
@@ -168,11 +181,12 @@ def _benchmark(args: argparse.Namespace) -> int:
               f"CPU-hours of fit(), {wall / 3600:.1f} h of training wall time at the load those rows saw"
               f"{f'; {unknown} runs have no stored counterpart yet' if unknown else ''}")
         for r in p.todo:
-            print("  todo", r.label)
+            at = checkpoint_epoch(checkpoint_folder(args.checkpoints, r)) if args.checkpoints else None
+            print("  todo", r.label + (f" (checkpoint after epoch {at[0]} of {at[1]})" if at else ""))
         return 0
     out = run_suite(suite, args.results, **sel, data_dir=args.data_dir, threads=args.threads, shard=shard,
                     max_runs=args.max_runs, part=part, rerun_stale=args.rerun_stale, fail_fast=args.fail_fast,
-                    tracking_uri=args.tracking_uri, progress=args.progress)
+                    tracking_uri=args.tracking_uri, progress=args.progress, checkpoints=args.checkpoints)
     print(f"{suite.name}: ran {out['ran']} runs in {out['seconds']:.0f}s "
           f"({out['done_before']} were already stored); {len(out['failed'])} failed")
     for label, msg in out["failed"]:

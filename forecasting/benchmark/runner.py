@@ -5,6 +5,12 @@ never repeated, so an interrupted benchmark continues where it stopped and rows 
 sessions or machines (other shard files) count as finished too. A stored row whose
 ``config_hash`` differs from the current recipe is *stale*: it is reported and skipped, or
 re-run and replaced with ``rerun_stale=True``.
+
+With ``checkpoints`` a killed run also keeps its epochs: each run checkpoints after every epoch
+into its own folder (:func:`checkpoint_folder`), the next invocation continues it from there and
+ends with the numbers of an uninterrupted run (the engine's bit-exact resume), and the folder is
+removed once the row is stored. The row's CPU seconds include what the killed processes spent up
+to their last checkpoint.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import dataclasses
 import json
 import os
 import platform
+import re
+import shutil
 import socket
 import time
 import traceback
@@ -23,6 +31,7 @@ from typing import Any
 
 import torch
 
+from tsmix.engine import checkpoint as ckpt
 from tsmix.errors import TsmixError
 from tsmix.provenance import git_commit
 
@@ -87,15 +96,38 @@ def _config_value(forecaster: Any, name: str) -> Any:
     return getattr(getattr(forecaster, "config", None), name, None)
 
 
-def run_one(spec: RunSpec, *, data_dir: str | Path | None = None,
-            threads: int | None = None, progress: bool = False) -> dict[str, Any]:
-    """Train and score one run; return its result row (not yet stored)."""
+def checkpoint_folder(root: str | Path, spec: RunSpec) -> Path:
+    """The checkpoint folder of one run under ``root``: one per run key and recipe (``config_hash``
+    in the name), so a changed recipe never continues an old recipe's weights."""
+    mixer = "nomixer" if spec.mixer == NO_MIXER else spec.mixer
+    name = (f"{spec.dataset}-H{spec.horizon}-L{spec.lookback}-{spec.model}-{mixer}-s{spec.seed}"
+            f"-{spec.config_hash}")
+    return Path(root).expanduser() / spec.suite / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def checkpoint_epoch(folder: Path) -> tuple[int, int] | None:
+    """(epochs done, epochs planned) of the checkpoint in ``folder``; None without a readable one."""
+    meta = ckpt.read_meta(folder / ckpt.FILENAME)
+    if meta is None:
+        return None
+    return int(meta["loop"]["epoch"]), int(meta["config"]["engine"]["epochs"])
+
+
+def run_one(spec: RunSpec, *, data_dir: str | Path | None = None, threads: int | None = None,
+            progress: bool = False, checkpoint_dir: str | Path | None = None) -> dict[str, Any]:
+    """Train and score one run; return its result row (not yet stored). ``checkpoint_dir``: a
+    checkpoint there after every epoch, and continue from the one already there (same run only:
+    another run's raises :class:`~tsmix.engine.CheckpointMismatch`)."""
     forecaster = build_forecaster(spec, threads, progress)
     data, fit_kw = _data_for(spec, data_dir)
+    if checkpoint_dir is not None:
+        fit_kw.update(checkpoint_dir=checkpoint_dir, resume=True)
     t0, c0 = time.perf_counter(), time.process_time()
     forecaster.fit(data, **fit_kw)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     m = dict(forecaster.metrics_)
+    # a resumed fit: the killed processes' CPU time up to their last checkpoint counts too
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 + float(m.get("resumed_cpu_seconds") or 0.0)
     if m.get("protocol", "fair") == "fair" and m.get("mse") is not None:  # fit already scored the test set
         fair = {"mse": m["mse"], "mae": m["mae"], "windows": m.get("test_windows"),
                 "probabilistic": m.get("probabilistic")}
@@ -203,11 +235,13 @@ def run_suite(
     fail_fast: bool = False,
     tracking_uri: str | None = None,
     progress: bool = False,
+    checkpoints: str | Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the missing part of a suite grid. Returns counts and the rows written this call.
     ``log`` gets a line as each run starts and one as it ends; ``progress`` adds the engine's line
-    per epoch (on stderr), for runs long enough to want one."""
+    per epoch (on stderr), for runs long enough to want one. ``checkpoints``: a folder where every
+    run checkpoints after each epoch and a killed run continues (see the module docstring)."""
     if threads is not None:
         torch.set_num_threads(threads)
     store = ResultStore(results, shard=shard)
@@ -229,9 +263,14 @@ def run_suite(
     for i, spec in enumerate(todo, 1):
         t0 = time.perf_counter()
         started = datetime.now().astimezone().isoformat(timespec="seconds")
-        log(f"[{i}/{len(todo)}] {spec.label}: started {started}")
+        folder = None if checkpoints is None else checkpoint_folder(checkpoints, spec)
+        at = None if folder is None else checkpoint_epoch(folder)
+        resuming = f"; resuming after epoch {at[0]} of {at[1]} from {folder}" if at else ""
+        log(f"[{i}/{len(todo)}] {spec.label}: started {started}{resuming}")
         try:
-            row = run_one(spec, data_dir=data_dir, threads=threads, progress=progress)
+            head = f"[{i}/{len(todo)}] {spec.label}"
+            row = _run_checkpointed(spec, folder, lambda m, head=head: log(f"{head}: {m}"),
+                                    data_dir=data_dir, threads=threads, progress=progress)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken mixer must not stop the grid; it reruns next time
@@ -243,6 +282,8 @@ def run_suite(
                 raise
             continue
         store.put(row, replace=rerun_stale)
+        if folder is not None:  # the row holds the result now: the weights are no longer needed
+            shutil.rmtree(folder, ignore_errors=True)
         written.append(row)
         if tracking_uri:
             log_row_mlflow(row, tracking_uri)
@@ -254,6 +295,21 @@ def run_suite(
     return {"planned": len(runs), "done_before": len(p.done), "stale": len(p.stale), "ran": len(written),
             "failed": [(s.label, m) for s, m in failed], "rows": written,
             "seconds": time.perf_counter() - t_start}
+
+
+def _run_checkpointed(spec: RunSpec, folder: Path | None, log: Callable[[str], None],
+                      **kw: Any) -> dict[str, Any]:
+    """``run_one``, continuing the checkpoint in ``folder``; one that cannot continue this run (its
+    recipe changed under the same hash, e.g. new code, or a file the runner cannot read) is the
+    runner's own leftover: it is deleted and the run starts over."""
+    try:
+        return run_one(spec, checkpoint_dir=folder, **kw)
+    except ckpt.CheckpointMismatch as exc:
+        if folder is None:
+            raise
+        log(f"{exc}; deleting it and starting this run over")
+        shutil.rmtree(folder, ignore_errors=True)
+        return run_one(spec, checkpoint_dir=folder, **kw)
 
 
 def _log_error(path: Path, spec: RunSpec, tb: str) -> None:
@@ -286,5 +342,5 @@ def default_shard() -> str | None:
     return os.environ.get("TSMIX_BENCHMARK_SHARD") or None
 
 
-__all__ = ["NO_MIXER", "Plan", "build_forecaster", "git_commit", "plan", "run_one", "run_suite",
-           "log_row_mlflow", "default_shard"]
+__all__ = ["NO_MIXER", "Plan", "build_forecaster", "checkpoint_folder", "git_commit", "plan", "run_one",
+           "run_suite", "log_row_mlflow", "default_shard"]

@@ -160,6 +160,9 @@ def test_step_checkpoints_resume_inside_an_epoch_bitwise(tmp_path):
     task = sampled_task()
     res = fit(task, cfg)
     assert res.steps == ref.steps == 50 and res.resumed_from == 2
+    # CPU time: the crashed process's share up to its checkpoint is carried over, then this one's added
+    assert ref.resumed_cpu_seconds == 0 < ref.cpu_seconds
+    assert 0 < res.resumed_cpu_seconds < res.cpu_seconds
     assert [(h["train_loss"], h["val_loss"], h["lr"]) for h in res.history] == \
         [(h["train_loss"], h["val_loss"], h["lr"]) for h in ref.history]
     for (k, a), b in zip(task.model.state_dict().items(), ref_task.model.state_dict().values()):

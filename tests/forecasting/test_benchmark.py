@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -211,6 +212,91 @@ def test_smoke_suite_end_to_end_and_resume(tmp_path, data_dir, monkeypatch):
     assert "*published:" not in md  # no published numbers beside a slice
     for name in ("mse_by_mixer", "mse_vs_params", "mse_vs_train_time"):
         assert (results / "smoke" / "plots" / f"{name}.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- epoch checkpoints
+
+# the smoke slice with four DLinear epochs (no early stop), so a run can be killed between epochs
+RESUMABLE = dataclasses.replace(
+    SUITES["smoke"], name="smoke-ckpt", description="smoke slice, four DLinear epochs",
+    overrides=(("dlinear", (("batch_size", 32), ("epochs", 4), ("lr", 0.005), ("patience", 10))),))
+SAME = ("mse", "mae", "mse_paper", "mae_paper", "val_mse", "epochs", "test_windows", "crps", "coverage_80")
+
+
+def _count_saves(monkeypatch, stop_at: int | None = None) -> list[int]:
+    """Counts checkpoint writes; with ``stop_at`` the run is interrupted right after that one is
+    written (Ctrl-C between two epochs)."""
+    from tsmix.engine import state as ckstate
+
+    real, count = ckstate.save, [0]
+
+    def save(*a, **kw):
+        real(*a, **kw)
+        count[0] += 1
+        if count[0] == stop_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckstate, "save", save)
+    return count
+
+
+def test_a_killed_run_continues_from_its_epoch_checkpoint(tmp_path, data_dir, monkeypatch, capsys):
+    from tsmix.engine import checkpoint as ckpt
+    from tsmix.forecasting.benchmark import suites as suites_mod
+
+    monkeypatch.setitem(suites_mod.SUITES, RESUMABLE.name, RESUMABLE)
+    kw = dict(models=["dlinear"], data_dir=data_dir, threads=1)
+    (ref,) = run_suite(RESUMABLE, tmp_path / "ref", log=_quiet, **kw)["rows"]  # uninterrupted, no checkpoints
+    assert ref["epochs"] == 4
+
+    results, root = tmp_path / "results", tmp_path / "ckpts"
+    (spec,) = expand(RESUMABLE, models=["dlinear"])
+    folder = runner_mod.checkpoint_folder(root, spec)
+    assert folder.parent == root / "smoke-ckpt" and spec.config_hash in folder.name
+    with monkeypatch.context() as m:
+        _count_saves(m, stop_at=2)
+        with pytest.raises(KeyboardInterrupt):
+            run_suite(RESUMABLE, results, checkpoints=root, log=_quiet, **kw)
+    assert not ResultStore(results).rows("smoke-ckpt") and runner_mod.checkpoint_epoch(folder) == (2, 4)
+    spent = ckpt.read_meta(folder / ckpt.FILENAME)["loop"]["cpu_seconds"]
+    assert spent > 0
+
+    argv = ["benchmark", "--suite", "smoke-ckpt", "--models", "dlinear", "--results", str(results),
+            "--data-dir", str(data_dir), "--threads", "1", "--checkpoints", str(root), "--no-report"]
+    assert cli_main([*argv, "--dry-run"]) == 0
+    assert "(checkpoint after epoch 2 of 4)" in capsys.readouterr().out
+    with monkeypatch.context() as m:
+        saves = _count_saves(m)
+        assert cli_main(argv) == 0
+    assert saves == [2]  # it trained epochs 3 and 4 only
+    assert "resuming after epoch 2 of 4" in capsys.readouterr().out
+    (row,) = ResultStore(results).rows("smoke-ckpt")
+    assert {k: row[k] for k in SAME} == {k: ref[k] for k in SAME}  # bit-exact: the same numbers
+    assert row["cpu_seconds"] > spent  # the killed process's epochs are counted
+    assert not folder.exists()  # the row is stored: the checkpoint went with it
+
+
+def test_a_checkpoint_of_another_run_is_discarded_and_the_run_starts_over(tmp_path, data_dir, monkeypatch):
+    import shutil
+
+    kw = dict(models=["dlinear"], data_dir=data_dir, threads=1)
+    (ref,) = run_suite(RESUMABLE, tmp_path / "ref", seeds=[2022], log=_quiet, **kw)["rows"]
+    root = tmp_path / "ckpts"
+    with monkeypatch.context() as m:
+        _count_saves(m, stop_at=1)
+        with pytest.raises(KeyboardInterrupt):
+            run_suite(RESUMABLE, tmp_path / "r", seeds=[2021], checkpoints=root, log=_quiet, **kw)
+    (s2021,) = expand(RESUMABLE, models=["dlinear"], seeds=[2021])
+    (s2022,) = expand(RESUMABLE, models=["dlinear"], seeds=[2022])
+    # as if seed 2022's folder held a checkpoint its recipe no longer matches (e.g. code changed)
+    shutil.move(runner_mod.checkpoint_folder(root, s2021), runner_mod.checkpoint_folder(root, s2022))
+    lines: list[str] = []
+    out = run_suite(RESUMABLE, tmp_path / "r", seeds=[2022], checkpoints=root, log=lines.append, **kw)
+    assert not out["failed"] and any("belongs to another run" in x and "starting this run over" in x
+                                     for x in lines), lines
+    (row,) = out["rows"]
+    assert {k: row[k] for k in SAME} == {k: ref[k] for k in SAME}
+    assert not runner_mod.checkpoint_folder(root, s2022).exists()
 
 
 def test_progress_lines_per_run_and_per_epoch(tmp_path, data_dir, capsys):

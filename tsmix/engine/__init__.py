@@ -7,6 +7,7 @@ atomic checkpoints that resume bit-exactly after a kill, and DDP under torchrun.
 """
 
 from tsmix.engine.callbacks import Callback
+from tsmix.engine.checkpoint import CheckpointMismatch
 from tsmix.engine.config import EngineConfig, FitResult, Task
 from tsmix.engine.data import SampledBatches, WindowBatches
 from tsmix.engine.distributed import Dist, from_env, rank_device
@@ -15,6 +16,7 @@ from tsmix.engine.memory import retain_freed_memory
 from tsmix.engine.schedules import Schedule, epoch_rule, epoch_rule_factor, one_cycle
 
 __all__ = [
-    "Callback", "Dist", "EngineConfig", "FitResult", "SampledBatches", "Schedule", "Task", "WindowBatches",
-    "epoch_rule", "epoch_rule_factor", "fit", "from_env", "one_cycle", "rank_device", "retain_freed_memory",
+    "Callback", "CheckpointMismatch", "Dist", "EngineConfig", "FitResult", "SampledBatches", "Schedule",
+    "Task", "WindowBatches", "epoch_rule", "epoch_rule_factor", "fit", "from_env", "one_cycle", "rank_device",
+    "retain_freed_memory",
 ]

@@ -35,6 +35,12 @@ CRASH_ENV = "TSMIX_CHECKPOINT_CRASH_AT"
 _writes = 0
 
 
+class CheckpointMismatch(TsmixError):
+    """A checkpoint that cannot continue this run: another config or data, another format, or
+    unreadable. Its own class so that a caller owning the folder (the benchmark runner) can start
+    the run over instead of failing it."""
+
+
 # --------------------------------------------------------------------------- JSON <-> tensors codec
 def encode(obj: Any, tensors: dict[str, torch.Tensor], prefix: str) -> Any:
     """A JSON-able copy of ``obj``; tensors/arrays go into ``tensors`` under keys starting ``prefix``."""
@@ -110,10 +116,22 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
             meta = json.loads((f.metadata() or {})["tsmix"])
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
     except Exception as exc:  # safetensors' SafetensorError derives from Exception only
-        raise TsmixError(f"checkpoint {path} is unreadable ({exc}); delete it to start over") from exc
+        raise CheckpointMismatch(f"checkpoint {path} is unreadable ({exc}); delete it to start over") from exc
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise TsmixError(f"{path} is not a tsmix checkpoint of version {VERSION}; delete it to start over")
+        raise CheckpointMismatch(
+            f"{path} is not a tsmix checkpoint of version {VERSION}; delete it to start over")
     return tensors, meta
+
+
+def read_meta(path: Path) -> dict[str, Any] | None:
+    """The JSON meta of a checkpoint (epoch, history, config) without loading its tensors; None when
+    there is no readable tsmix checkpoint at ``path``."""
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = json.loads((f.metadata() or {})["tsmix"])
+    except Exception:  # missing, half-written or foreign: the caller only wanted to peek
+        return None
+    return meta if meta.get("format") == FORMAT else None
 
 
 # --------------------------------------------------------------------------- run identity

@@ -93,3 +93,7 @@ class FitResult:
     seconds: float = 0.0  # wall time of the whole loop (this process; a resumed run counts its part)
     steps: int = 0  # optimizer steps taken in total (across resumes)
     resumed_from: int | None = None  # 1-based epoch a resumed run started in (epochs + 1: was finished)
+    # process CPU time of the loop across resumes: earlier processes' share up to their last
+    # checkpoint (work a kill threw away is not counted) plus this process's
+    cpu_seconds: float = 0.0
+    resumed_cpu_seconds: float = 0.0  # the earlier processes' share alone (0 when not resumed)

@@ -49,6 +49,7 @@ class _Loop:
         self.eval_model: nn.Module = self.raw
         self.train_model: nn.Module = self.raw
         self.bar: Progress | None = None
+        self.cpu_mark = time.process_time()  # CPU time of this process not yet added to st.cpu_seconds
 
     def wrap(self) -> None:
         """compile, then DDP (nanoGPT's order); evaluation uses the compiled model without DDP."""
@@ -94,8 +95,14 @@ class _Loop:
         return total
 
     # ------------------------------------------------------------------ checkpoints
+    def count_cpu(self) -> None:
+        now = time.process_time()
+        self.st.cpu_seconds += now - self.cpu_mark
+        self.cpu_mark = now
+
     def save(self, folder: CheckpointDir | None) -> None:
         if folder is not None:
+            self.count_cpu()  # the checkpoint carries the CPU time spent so far
             ckstate.save(folder, self.raw, self.task.optimizer, self.sched, self.generator, self.st,
                          self.identity, self.d, self.device)
 
@@ -104,6 +111,7 @@ class _Loop:
             return None
         self.st = ckstate.load(folder, self.raw, self.task.optimizer, self.sched, self.generator,
                                self.identity, self.d, self.device)
+        self.cpu_mark = time.process_time()  # restoring is this process's, not the earlier ones'
         return self.st.epoch + 1
 
     # ------------------------------------------------------------------ the loop
@@ -195,6 +203,7 @@ class _Loop:
         held = folder if folder is not None and self.d.is_main else contextlib.nullcontext()
         with held:
             resumed = self.resume(folder)
+            resumed_cpu = self.st.cpu_seconds
             self.wrap()
             steps = [self.task.data.steps_in(e) for e in range(self.cfg.epochs)]
             self.bar = Progress(sum(steps), self.cfg.epochs, self.cfg.progress and self.d.is_main)
@@ -208,13 +217,14 @@ class _Loop:
                     self.save(folder)
             finally:
                 self.bar.close()
+        self.count_cpu()
         st = self.st
         if self.cfg.restore_best and st.best_state is not None:
             self.raw.load_state_dict(st.best_state)
         self.raw.eval()
         return FitResult(history=st.history, best_epoch=st.best_epoch, best_val=st.best_val,
                          train_seconds=st.train_seconds, seconds=time.perf_counter() - start, steps=st.steps,
-                         resumed_from=resumed)
+                         resumed_from=resumed, cpu_seconds=st.cpu_seconds, resumed_cpu_seconds=resumed_cpu)
 
 
 def fit(task: Task, cfg: EngineConfig, device: torch.device | str = "cpu",

@@ -38,6 +38,7 @@ class LoopState:
     best_state: dict[str, torch.Tensor] | None = None
     history: list[dict] = field(default_factory=list)
     train_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # process CPU time of the loop up to the last checkpoint, across resumes
 
 
 def _rng_of_rank(device: torch.device) -> torch.Tensor:
@@ -60,7 +61,7 @@ def save(folder: ckpt.CheckpointDir, model: nn.Module, opt: torch.optim.Optimize
         tensors.update({f"best.{k}": v for k, v in st.best_state.items()})
     loop = {k: getattr(st, k) for k in ("epoch", "batch", "steps", "epoch_steps", "lr_used", "finished",
                                         "best_val", "best_epoch", "bad_epochs", "history", "train_seconds",
-                                        "epoch_train_seconds")}
+                                        "epoch_train_seconds", "cpu_seconds")}
     loop["has_best"] = st.best_state is not None
     meta = {
         "format": ckpt.FORMAT, "version": ckpt.VERSION, "fingerprint": ckpt.fingerprint(identity),
@@ -78,13 +79,12 @@ def save(folder: ckpt.CheckpointDir, model: nn.Module, opt: torch.optim.Optimize
 def load(folder: ckpt.CheckpointDir, model: nn.Module, opt: torch.optim.Optimizer, sched: Any,
          generator: torch.Generator, identity: dict, d: Dist, device: torch.device) -> LoopState:
     """Restore everything :func:`save` wrote; refuses a checkpoint of another config."""
-    from tsmix.errors import TsmixError
-
     tensors, meta = ckpt.read(folder.file)
     if meta["fingerprint"] != ckpt.fingerprint(identity):
         diff = "; ".join(ckpt.config_diff(meta["config"], identity)[:5]) or "config differs"
-        raise TsmixError(f"checkpoint {folder.file} belongs to another run ({diff}); resume with the "
-                         "original config, or use another checkpoint folder (or none) to start over")
+        raise ckpt.CheckpointMismatch(
+            f"checkpoint {folder.file} belongs to another run ({diff}); resume with the original config, "
+            "or use another checkpoint folder (or none) to start over")
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     loop, state = meta["loop"], ckpt.decode(meta["state"], tensors)
     opt.load_state_dict(state["optimizer"])
