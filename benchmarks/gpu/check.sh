@@ -8,9 +8,13 @@
 #   paper  the paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON[:MODEL[:MIXER]],
 #          default "ETTm1:96 ETTm2:96 Weather:96"; MODEL patchtst, MIXER PAPER_MIXER or softmax,
 #          e.g. "Weather:96:itransformer:nrgpt"; seed 2021), all started at once and each stopped
-#          after PAPER_SECONDS; a row per finished run, a line per epoch. Each run checkpoints every
-#          epoch into .gpu-ckpt/ (ignored, kept on the machine while it stays warm): a later call with
-#          the same cell continues a stopped run instead of starting it over
+#          after PAPER_SECONDS; a row per finished run, a line per epoch
+#   grid   a slice of the paper suite, GRID (tsmix benchmark selection flags, e.g. GRID="--datasets
+#          Weather --models itransformer --mixers gated fem-sm --seeds 2021 2022"), split round robin
+#          over GRID_PROCS processes (default 8, --part k/N), each stopped after PAPER_SECONDS
+#   paper and grid runs skip what the travelling copy's benchmarks/results already holds, add their
+#   rows to its *.gpu.csv shards (which come back whole), and checkpoint every epoch into .gpu-ckpt/
+#   (ignored, kept on the machine while it stays warm): a later call continues a stopped run
 #   tests  tests/test_devices.py beside the paper runs: every mixer and model on the GPU vs float64
 #          on the CPU (outputs, gradients), a Forecaster fitted there, bf16-mixed          (150 s)
 #   speed  tsmix benchmark-speed, CUDA wall time, after the paper runs (an idle GPU) and only
@@ -19,6 +23,7 @@
 # Everything lands in $OUT/gpu.tar.gz plus $OUT/check.log. Back here, unpack it in the repository
 # root: rows go to benchmarks/results/paper/rows/*.gpu.csv (the shard "gpu"), the speed files to
 # benchmarks/speed/cuda/, logs to benchmarks/gpu/; then `tsmix benchmark-report --suite paper`.
+# CHECK_DEVICE=cpu runs it without a GPU (try it in a scratch clone: rows land in that clone).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -35,7 +40,10 @@ PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(tests speed)
 wants() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
 
+RESULTS="$ROOT/benchmarks/results"  # the travelling copy's rows: stored runs are skipped
 pack() {  # whatever state the parts reached comes back
+    mkdir -p "$STAGE/benchmarks/results/paper/rows"
+    cp "$RESULTS"/paper/rows/*.gpu.csv "$STAGE/benchmarks/results/paper/rows/" 2>/dev/null
     cp "$LOG" "$OUT/check.log" 2>/dev/null
     tar -C "$STAGE" -czf "$OUT/gpu.tar.gz" benchmarks
     echo "packed: $(tar -tzf "$OUT/gpu.tar.gz" | grep -v '/$' | tr '\n' ' ')"
@@ -75,27 +83,42 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, device "
       f"from {tsmix.__file__}")
 PYEOF
 
-# -- paper first: its runs are the long part, one process per cell, all at once (each is a small
-# model that leaves most of the GPU idle); the tests run beside them, speed only after them
-PAPER_PIDS=()
+# -- paper and grid first: their runs are the long part, one process per cell or grid part, all at
+# once (each is a small model that leaves most of the GPU idle); the tests run beside them, speed
+# only after them. A row is written only when its run finishes.
+RUN_PIDS=()
+start() {  # start NAME FLAGS...: one `tsmix benchmark --suite paper` process, stopped after PAPER_SECONDS
+    local name=$1; shift
+    timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper "$@" --threads 2 --shard gpu \
+        --data-dir "$DATA" --results "$RESULTS" --no-report --progress --checkpoints "$ROOT/.gpu-ckpt" \
+        > "$STAGE/benchmarks/gpu/$name.log" 2>&1 &
+    RUN_PIDS+=($!)
+}
+if wants paper || wants grid; then
+    if [ ! -f "$ROOT/.gpu-data/data.tar.xz" ]; then
+        echo "no .gpu-data/data.tar.xz: run benchmarks/gpu/prepare.sh here and carry .gpu-data"; exit 2
+    fi
+    DATA=$(mktemp -d)
+    tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
+fi
 if wants paper; then
     echo "## paper recipe on the GPU: ${PAPER_CELLS:=ETTm1:96 ETTm2:96 Weather:96}"
-    if [ -f "$ROOT/.gpu-data/data.tar.xz" ]; then
-        DATA=$(mktemp -d)
-        tar -C "$DATA" -xJf "$ROOT/.gpu-data/data.tar.xz"
-        for cell in $PAPER_CELLS; do  # a row is written only when its run finishes
-            IFS=: read -r ds h model mixer <<< "$cell"
-            model=${model:-patchtst} mixer=${mixer:-${PAPER_MIXER:-softmax}}
-            name=paper-$ds-$h$([ "$model" = patchtst ] || echo "-$model-$mixer")
-            timeout "${PAPER_SECONDS:-480}" $PY -m tsmix benchmark --suite paper --models "$model" \
-                --mixers "$mixer" --datasets "$ds" --horizons "$h" --seeds 2021 --threads 2 \
-                --shard gpu --data-dir "$DATA" --results "$STAGE/benchmarks/results" --no-report --progress \
-                --checkpoints "$ROOT/.gpu-ckpt" > "$STAGE/benchmarks/gpu/$name.log" 2>&1 &
-            PAPER_PIDS+=($!)
-        done
-    else
-        echo "no .gpu-data/data.tar.xz: run benchmarks/gpu/prepare.sh here and carry .gpu-data"
+    for cell in $PAPER_CELLS; do
+        IFS=: read -r ds h model mixer <<< "$cell"
+        model=${model:-patchtst} mixer=${mixer:-${PAPER_MIXER:-softmax}}
+        start "paper-$ds-$h$([ "$model" = patchtst ] || echo "-$model-$mixer")" --models "$model" \
+            --mixers "$mixer" --datasets "$ds" --horizons "$h" --seeds 2021
+    done
+fi
+if wants grid; then
+    if [ -z "${GRID:-}" ]; then
+        echo "grid: set GRID to the slice's selection flags, e.g. GRID='--datasets Weather --models" \
+             "itransformer --mixers gated --seeds 2021 2022'"; exit 2
     fi
+    N=${GRID_PROCS:-8}
+    echo "## paper suite slice on the GPU, $N processes: $GRID"
+    # shellcheck disable=SC2086  # GRID is a list of flags
+    for k in $(seq 1 "$N"); do start "grid-$k" $GRID --part "$k/$N"; done
 fi
 
 if wants tests; then
@@ -105,9 +128,10 @@ if wants tests; then
         "$ROOT/tests/test_devices.py" 2>&1 | tee "$STAGE/benchmarks/gpu/test_devices.txt" | tail -25
 fi
 
-if [ ${#PAPER_PIDS[@]} -gt 0 ]; then
-    wait "${PAPER_PIDS[@]}"
-    for f in "$STAGE"/benchmarks/gpu/paper-*.log; do
+if [ ${#RUN_PIDS[@]} -gt 0 ]; then
+    wait "${RUN_PIDS[@]}"
+    for f in "$STAGE"/benchmarks/gpu/paper-*.log "$STAGE"/benchmarks/gpu/grid-*.log; do
+        [ -f "$f" ] || continue
         echo "-- $(basename "$f"): $(grep -c '^epoch' "$f") epochs logged"; grep -v '^epoch' "$f" | tail -4
         grep '^epoch' "$f" | tail -2
     done
