@@ -1,4 +1,4 @@
-"""benchmarks/gpu/prepare.sh refuses a wrong environment before it touches anything."""
+"""benchmarks/gpu/prepare.sh and check.sh refuse a wrong environment or call before they touch anything."""
 
 from __future__ import annotations
 
@@ -28,3 +28,17 @@ def test_a_data_dir_without_the_csvs_is_named_with_the_fix(tmp_path):
     r = _run(sys.executable, tmp_path)
     assert r.returncode == 2
     assert f"no ETT-small/ under '{tmp_path}'" in r.stderr and "TSMIX_DATA_DIR" in r.stderr
+
+
+CHECK = SCRIPT.with_name("check.sh")
+
+
+@pytest.mark.parametrize(("parts", "says"), [
+    (["grid"], "grid: set GRID to the slice's selection flags"),
+    (["paper", "papr"], "unknown part 'papr': use paper, grid, tests, speed"),
+])
+def test_check_refuses_a_bad_call_before_installing_anything(tmp_path, parts, says):
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path)}
+    r = subprocess.run(["bash", str(CHECK), *parts], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stdout
+    assert not (tmp_path / "gpu.tar.gz").exists()  # it stopped before the parts (nothing packed)

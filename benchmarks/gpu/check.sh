@@ -4,6 +4,9 @@
 # that fits the session's 15 device-minutes (a machine start takes one or two of them):
 #   run(command="PAPER_SECONDS=420 SPEED_UNTIL=560 bash benchmarks/gpu/check.sh paper tests speed",
 #       carry=[".whl", ".gpu-data"], timeout_s=595)
+# or, for the rest of issue #22's Weather variate grid (the runs that cost CPU-hours here):
+#   run(command="GRID='--datasets Weather --models itransformer --mixers gated fem-sm fem-aft nrgpt linear
+#       yb-brickwall --seeds 2021 2022' PAPER_SECONDS=540 bash benchmarks/gpu/check.sh grid", ...)
 # Parts (arguments; default "tests speed"):
 #   paper  the paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON[:MODEL[:MIXER]],
 #          default "ETTm1:96 ETTm2:96 Weather:96"; MODEL patchtst, MIXER PAPER_MIXER or softmax,
@@ -39,6 +42,13 @@ DEV=${CHECK_DEVICE:-cuda}  # CHECK_DEVICE=cpu tries the script on a machine with
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(tests speed)
 wants() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
+for part in "${PARTS[@]}"; do
+    case $part in paper|grid|tests|speed) ;; *) echo "unknown part '$part': use paper, grid, tests, speed"; exit 2;; esac
+done
+if wants grid && [ -z "${GRID:-}" ]; then  # before anything is installed or started
+    echo "grid: set GRID to the slice's selection flags, e.g. GRID='--datasets Weather --models" \
+         "itransformer --mixers gated --seeds 2021 2022'"; exit 2
+fi
 
 RESULTS="$ROOT/benchmarks/results"  # the travelling copy's rows: stored runs are skipped
 pack() {  # whatever state the parts reached comes back
@@ -111,10 +121,6 @@ if wants paper; then
     done
 fi
 if wants grid; then
-    if [ -z "${GRID:-}" ]; then
-        echo "grid: set GRID to the slice's selection flags, e.g. GRID='--datasets Weather --models" \
-             "itransformer --mixers gated --seeds 2021 2022'"; exit 2
-    fi
     N=${GRID_PROCS:-8}
     echo "## paper suite slice on the GPU, $N processes: $GRID"
     # shellcheck disable=SC2086  # GRID is a list of flags
