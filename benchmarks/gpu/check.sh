@@ -5,7 +5,7 @@
 #   run(command="PAPER_SECONDS=420 SPEED_UNTIL=560 bash benchmarks/gpu/check.sh paper tests speed",
 #       carry=[".whl", ".gpu-data"], timeout_s=595)
 # or, for the rest of issue #22's Weather variate grid (the runs that cost CPU-hours here):
-#   run(command="GRID='--datasets Weather --models itransformer --mixers gated fem-sm fem-aft nrgpt linear
+#   run(command="GRID='--datasets Weather --models itransformer --mixers gated fem-sm fem-aft nrgpt
 #       yb-brickwall --seeds 2021 2022' PAPER_SECONDS=540 bash benchmarks/gpu/check.sh grid", ...)
 # Parts (arguments; default "tests speed"):
 #   paper  the paper recipe, one process per PAPER_CELLS entry (DATASET:HORIZON[:MODEL[:MIXER]],
