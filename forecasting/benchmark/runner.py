@@ -256,6 +256,12 @@ def run_suite(
 
         for dataset in sorted({r.dataset for r in p.todo}):
             resolve_path(dataset, data_dir)
+        if checkpoints is not None:  # likewise an unusable checkpoint folder (a file, no permission)
+            try:
+                Path(checkpoints).expanduser().mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise TsmixError(f"checkpoints: cannot use {checkpoints} as the checkpoint folder ({e}); "
+                                 "give a folder that exists or can be created") from e
     written: list[dict[str, Any]] = []
     failed: list[tuple[RunSpec, str]] = []
     todo = p.todo[:max_runs] if max_runs else p.todo

@@ -299,6 +299,20 @@ def test_a_checkpoint_of_another_run_is_discarded_and_the_run_starts_over(tmp_pa
     assert not runner_mod.checkpoint_folder(root, s2022).exists()
 
 
+def test_an_unusable_checkpoint_folder_is_refused_before_any_run(tmp_path, data_dir):
+    """A file given as the checkpoint folder fails once, up front, naming it: no run starts, nothing
+    is stored (not one failure per run)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    lines: list[str] = []
+    with pytest.raises(TsmixError, match="cannot use .*afile as the checkpoint folder"):
+        run_suite(RESUMABLE, tmp_path / "r", models=["dlinear"], data_dir=data_dir, threads=1,
+                  checkpoints=afile, log=lines.append)
+    assert not any("started" in x for x in lines), lines
+    assert ResultStore(tmp_path / "r").rows(RESUMABLE.name) == []
+    assert not (tmp_path / "r" / RESUMABLE.name / "errors.log").exists()
+
+
 def test_progress_lines_per_run_and_per_epoch(tmp_path, data_dir, capsys):
     """Each run logs a start line and an end line; --progress adds the engine's epoch line on stderr,
     and with stderr not a terminal (a log file, here pytest's capture) no bar is drawn there."""
