@@ -118,6 +118,7 @@ def run_one(spec: RunSpec, *, data_dir: str | Path | None = None, threads: int |
     """Train and score one run; return its result row (not yet stored). ``checkpoint_dir``: a
     checkpoint there after every epoch, and continue from the one already there (same run only:
     another run's raises :class:`~tsmix.engine.CheckpointMismatch`)."""
+    commit = git_commit()  # now, with the code just loaded: HEAD may move on while the run trains
     forecaster = build_forecaster(spec, threads, progress)
     data, fit_kw = _data_for(spec, data_dir)
     if checkpoint_dir is not None:
@@ -151,7 +152,7 @@ def run_one(spec: RunSpec, *, data_dir: str | Path | None = None, threads: int |
         "loss": str(_config_value(forecaster, "loss") or "mse"),
         **interval_columns(fair.get("probabilistic")),
         "device": str(m.get("device") or _device_of(forecaster)), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "host": socket.gethostname(), "commit": git_commit(),
+        "threads": torch.get_num_threads(), "host": socket.gethostname(), "commit": commit,
         "config_hash": spec.config_hash, "config": _config_json(forecaster),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -256,6 +257,7 @@ def run_suite(
 
         for dataset in sorted({r.dataset for r in p.todo}):
             resolve_path(dataset, data_dir)
+        log(code_line())
         if checkpoints is not None:  # likewise an unusable checkpoint folder (a file, no permission)
             try:
                 Path(checkpoints).expanduser().mkdir(parents=True, exist_ok=True)
@@ -303,6 +305,15 @@ def run_suite(
             "seconds": time.perf_counter() - t_start}
 
 
+def code_line() -> str:
+    """Which tsmix the runs use and its commit, for the log: ``python -m tsmix`` started inside a
+    checkout imports that checkout ahead of ``PYTHONPATH`` (the current folder comes first), so a
+    snapshot install is only in use when this line names it."""
+    import tsmix
+
+    return f"code: {Path(tsmix.__file__).resolve().parent} at commit {git_commit()}"
+
+
 def _run_checkpointed(spec: RunSpec, folder: Path | None, log: Callable[[str], None],
                       **kw: Any) -> dict[str, Any]:
     """``run_one``, continuing the checkpoint in ``folder``; one that cannot continue this run (its
@@ -348,5 +359,5 @@ def default_shard() -> str | None:
     return os.environ.get("TSMIX_BENCHMARK_SHARD") or None
 
 
-__all__ = ["NO_MIXER", "Plan", "build_forecaster", "checkpoint_folder", "git_commit", "plan", "run_one",
-           "run_suite", "log_row_mlflow", "default_shard"]
+__all__ = ["NO_MIXER", "Plan", "build_forecaster", "checkpoint_folder", "code_line", "git_commit", "plan",
+           "run_one", "run_suite", "log_row_mlflow", "default_shard"]

@@ -313,19 +313,50 @@ def test_an_unusable_checkpoint_folder_is_refused_before_any_run(tmp_path, data_
     assert not (tmp_path / "r" / RESUMABLE.name / "errors.log").exists()
 
 
+def test_the_log_names_the_code_and_a_row_the_commit_its_run_started_at(tmp_path, data_dir, monkeypatch):
+    """Before any run the log names the tsmix folder in use and its commit (a ``python -m tsmix``
+    inside a checkout imports the checkout, not a snapshot on PYTHONPATH); a row records the commit
+    its run started at, not the one HEAD moved to while it trained."""
+    import tsmix
+    from tsmix.forecasting import Forecaster
+
+    head = {"commit": "aaa1111"}
+    monkeypatch.setattr(runner_mod, "git_commit", lambda: head["commit"])
+    real_fit = Forecaster.fit
+
+    def fit_then_commit(self, *a, **kw):  # someone commits in the checkout mid-run
+        out = real_fit(self, *a, **kw)
+        head["commit"] = "bbb2222+dirty"
+        return out
+
+    monkeypatch.setattr(Forecaster, "fit", fit_then_commit)
+    lines: list[str] = []
+    out = run_suite(SUITES["smoke"], tmp_path / "r", models=["dlinear"], data_dir=data_dir, threads=1,
+                    log=lines.append)
+    folder = os.path.dirname(os.path.realpath(tsmix.__file__))
+    assert lines[1] == f"code: {folder} at commit aaa1111", lines
+    assert [r["commit"] for r in out["rows"]] == ["aaa1111"]
+    assert [r["commit"] for r in ResultStore(tmp_path / "r").rows("smoke")] == ["aaa1111"]
+    lines.clear()
+    run_suite(SUITES["smoke"], tmp_path / "r", models=["dlinear"], data_dir=data_dir, threads=1,
+              log=lines.append)
+    assert len(lines) == 1 and "0 to run" in lines[0]  # nothing to run: no code line either
+
+
 def test_progress_lines_per_run_and_per_epoch(tmp_path, data_dir, capsys):
     """Each run logs a start line and an end line; --progress adds the engine's epoch line on stderr,
     and with stderr not a terminal (a log file, here pytest's capture) no bar is drawn there."""
     lines: list[str] = []
     run_suite(SUITES["smoke"], tmp_path / "r", models=["dlinear"], data_dir=data_dir, threads=1,
               progress=True, log=lines.append)
-    assert len(lines) == 3 and "started" in lines[1] and "mse" in lines[2], lines
+    assert len(lines) == 4 and lines[1].startswith("code: ") and "started" in lines[2], lines
+    assert "mse" in lines[3], lines
     err = capsys.readouterr().err
     assert "epoch 1/1  train" in err and "\r" not in err and "step/s" not in err
     lines.clear()
     run_suite(SUITES["smoke"], tmp_path / "q", models=["dlinear"], data_dir=data_dir, threads=1,
               log=lines.append)
-    assert len(lines) == 3 and "epoch 1/1" not in capsys.readouterr().err  # default: the runner's lines only
+    assert len(lines) == 4 and "epoch 1/1" not in capsys.readouterr().err  # default: the runner's lines only
 
 
 def test_progress_bar_only_where_it_can_be_seen(monkeypatch):
