@@ -9,7 +9,10 @@ and scored under BOTH evaluation protocols from the same trained weights:
 
 One CSV row is appended per finished run (flushed), so the script is resumable: rerunning it
 skips the runs already in the CSV with the same recipe key. Runs go seed-major, so a first
-complete table (one seed) exists early.
+complete table (one seed) exists early. With ``--checkpoints DIR`` a run also keeps its epochs:
+it checkpoints after every epoch into a folder of its own under DIR, a rerun continues a killed
+run from its last epoch (ending exactly as an uninterrupted run would, CPU time of the killed
+processes counted), and the folder is removed once the row is written.
 
     OMP_NUM_THREADS=1 nohup python benchmarks/reproduce/run.py --models dlinear,patchtst \\
         --data-dir ../shared/data > benchmarks/reproduce/run.log 2>&1 &
@@ -20,6 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -27,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from tsmix.engine import checkpoint as ckpt
 from tsmix.provenance import git_commit
 
 HERE = Path(__file__).resolve().parent
@@ -45,9 +51,20 @@ def mixer_label(mixer: str, options: dict) -> str:
     return mixer + ("[" + ",".join(f"{k}={v}" for k, v in sorted(options.items())) + "]" if options else "")
 
 
+def checkpoint_folder(root: str | Path, key: tuple) -> Path:
+    """The checkpoint folder of the run with row key ``key`` under ``root``: one per key, so another
+    recipe never continues this one's weights (the fit refuses a checkpoint of another config too)."""
+    name = re.sub(r"[^A-Za-z0-9._=-]", "_", "-".join(f"{k}={v}" for k, v in zip(KEY, key)))
+    return Path(root).expanduser() / "reproduce" / name
+
+
 def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patience: int | None,
             epochs: int | None, threads: int, data_dir: str | None, lookback: int | None = None,
-            mixer_options: dict | None = None) -> dict:
+            mixer_options: dict | None = None, checkpoint_dir: Path | None = None,
+            callbacks: tuple = ()) -> dict:
+    """Train and score one run; its result row. ``checkpoint_dir``: checkpoint there after every
+    epoch and continue from the checkpoint already there (same recipe only, else a TsmixError);
+    ``callbacks``: extra per-epoch callbacks (``fn(epoch, logs)``) after the log line."""
     from tsmix.forecasting import Forecaster
 
     overrides = dict(seed=seed, threads=threads, progress=False)
@@ -69,8 +86,11 @@ def run_one(model: str, dataset: str, horizon: int, seed: int, mixer: str, patie
                   f"lr {logs['lr']:.2e} {logs['train_seconds']:.1f}s", flush=True)
 
     t0, c0 = time.perf_counter(), time.process_time()
-    f.fit(dataset, data_dir=data_dir, callbacks=[log_epoch])
+    ck = {} if checkpoint_dir is None else dict(checkpoint_dir=checkpoint_dir, resume=True)
+    f.fit(dataset, data_dir=data_dir, callbacks=[log_epoch, *callbacks], **ck)
     fit_seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    # a resumed fit: the killed processes' CPU time up to their last checkpoint counts too
+    cpu_seconds += float(f.metrics_.get("resumed_cpu_seconds") or 0.0)
     fair = f.evaluate("test", protocol="fair")
     paper = f.evaluate("test", protocol="paper")
     m, cfg = f.metrics_, f.config.resolved()
@@ -114,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data-dir", default=os.environ.get("TSMIX_DATA_DIR"))
     ap.add_argument("--out", default=str(HERE / "results.csv"))
+    ap.add_argument("--checkpoints", default=None, metavar="DIR",
+                    help="checkpoint every run after each epoch under DIR (a folder per run) and continue "
+                         "a killed run from there; a run's folder is removed once its row is written")
     args = ap.parse_args(argv)
     from tsmix.errors import TsmixError
     from tsmix.registry import parse_mixer_options
@@ -142,11 +165,16 @@ def main(argv: list[str] | None = None) -> int:
                     if key in done:
                         continue
                     label = f"{model} {dataset} L={lookback} H={horizon} seed={seed}"
-                    print(f"[{datetime.now():%H:%M:%S}] start {label}", flush=True)
+                    folder = None if args.checkpoints is None else checkpoint_folder(args.checkpoints, key)
+                    meta = None if folder is None else ckpt.read_meta(folder / ckpt.FILENAME)
+                    at = f" (resuming after epoch {meta['loop']['epoch']} from {folder})" if meta else ""
+                    print(f"[{datetime.now():%H:%M:%S}] start {label}{at}", flush=True)
                     row = run_one(model, dataset, horizon, seed, args.mixer, patience, args.epochs,
-                                  args.threads, args.data_dir, args.lookback, options)
+                                  args.threads, args.data_dir, args.lookback, options, checkpoint_dir=folder)
                     append_csv(out, FIELDS, [row])
                     done.add(key)
+                    if folder is not None:  # the row holds the result now: the weights are not needed
+                        shutil.rmtree(folder, ignore_errors=True)
                     print(f"[{datetime.now():%H:%M:%S}] done  {label}: fair mse {row['mse']:.4f} "
                           f"mae {row['mae']:.4f} | paper mse {row['mse_paper']:.4f} "
                           f"mae {row['mae_paper']:.4f} | epochs {row['epochs']} (best {row['best_epoch']}) "
