@@ -22,6 +22,15 @@ def _allocator_untouched(monkeypatch):
     monkeypatch.setattr(memory, "retain_unless_disabled", lambda: None)
 
 
+def fake_row(model, dataset, horizon, seed, mixer, patience, epochs, mixer_options) -> dict:
+    """The row a replaced fit returns: the key columns as run_one writes them, made-up scores."""
+    return {f: "" for f in run.FIELDS} | {
+        "dataset": dataset, "horizon": horizon, "lookback": 336, "model": model,
+        "mixer": run.mixer_label(mixer, mixer_options or {}), "seed": seed, "patience": patience,
+        "epochs_max": epochs, "mse": 0.4, "mae": 0.4, "mse_paper": 0.4, "mae_paper": 0.4,
+        "epochs": 1, "best_epoch": 1, "seconds_per_epoch": 1.0}
+
+
 def test_mixer_label_names_the_options_in_a_fixed_order():
     assert run.mixer_label("nrgpt", {}) == "nrgpt"
     assert run.mixer_label("nrgpt", {"steps": 1}) == "nrgpt[steps=1]"
@@ -37,11 +46,7 @@ def test_a_variant_is_not_skipped_as_the_default_mixers_stored_run(tmp_path, mon
     def fake_run_one(model, dataset, horizon, seed, mixer, patience, epochs, threads, data_dir, lookback=None,
                      mixer_options=None, checkpoint_dir=None):
         seen.append((mixer, mixer_options))
-        return {f: "" for f in run.FIELDS} | {
-            "dataset": dataset, "horizon": horizon, "lookback": 336, "model": model,
-            "mixer": run.mixer_label(mixer, mixer_options or {}), "seed": seed, "patience": patience,
-            "epochs_max": epochs, "mse": 0.4, "mae": 0.4, "mse_paper": 0.4, "mae_paper": 0.4,
-            "epochs": 1, "best_epoch": 1, "seconds_per_epoch": 1.0}
+        return fake_row(model, dataset, horizon, seed, mixer, patience, epochs, mixer_options)
 
     monkeypatch.setattr(run, "run_one", fake_run_one)
     argv = ["--models", "patchtst", "--datasets", "ETTh1", "--horizons", "96", "--seeds", "2021",
@@ -77,11 +82,7 @@ def test_checkpoints_give_each_run_a_folder_removed_once_its_row_is_stored(tmp_p
         checkpoint_dir.mkdir(parents=True)
         (checkpoint_dir / "last.safetensors").write_bytes(b"weights")
         folders.append(checkpoint_dir)
-        return {f: "" for f in run.FIELDS} | {
-            "dataset": dataset, "horizon": horizon, "lookback": 336, "model": model,
-            "mixer": run.mixer_label(mixer, mixer_options or {}), "seed": seed, "patience": patience,
-            "epochs_max": epochs, "mse": 0.4, "mae": 0.4, "mse_paper": 0.4, "mae_paper": 0.4,
-            "epochs": 1, "best_epoch": 1, "seconds_per_epoch": 1.0}
+        return fake_row(model, dataset, horizon, seed, mixer, patience, epochs, mixer_options)
 
     monkeypatch.setattr(run, "run_one", fake_run_one)
     argv = ["--models", "patchtst", "--datasets", "ETTh1", "--horizons", "96,192", "--seeds", "2021",
