@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from tsmix.engine import checkpoint as ckpt
+from tsmix.forecasting.benchmark.runner import checkpoint_epoch
 from tsmix.provenance import git_commit
 
 HERE = Path(__file__).resolve().parent
@@ -145,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_mixer_options(args.mixer, args.mixer_option) if args.mixer_option else {}
     except TsmixError as err:
         ap.error(f"--mixer-option: {err}")
+    if args.checkpoints is not None:  # an unusable folder (a file, no permission) fails now, not mid-grid
+        try:
+            Path(args.checkpoints).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            ap.error(f"--checkpoints: cannot use {args.checkpoints} as the checkpoint folder ({err}); "
+                     "give a folder that exists or can be created")
     out = Path(args.out)
     done = csv_keys(out, KEY)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -166,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     label = f"{model} {dataset} L={lookback} H={horizon} seed={seed}"
                     folder = None if args.checkpoints is None else checkpoint_folder(args.checkpoints, key)
-                    meta = None if folder is None else ckpt.read_meta(folder / ckpt.FILENAME)
-                    at = f" (resuming after epoch {meta['loop']['epoch']} from {folder})" if meta else ""
+                    done_at = None if folder is None else checkpoint_epoch(folder)
+                    at = f" (resuming after epoch {done_at[0]} from {folder})" if done_at else ""
                     print(f"[{datetime.now():%H:%M:%S}] start {label}{at}", flush=True)
                     row = run_one(model, dataset, horizon, seed, args.mixer, patience, args.epochs,
                                   args.threads, args.data_dir, args.lookback, options, checkpoint_dir=folder)

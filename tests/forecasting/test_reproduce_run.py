@@ -125,3 +125,15 @@ def test_a_killed_run_continues_from_its_checkpoint_to_the_uninterrupted_result(
     assert seen[0] == 3  # continued, not restarted
     for k in ("mse", "mae", "mse_paper", "mae_paper", "val_mse", "epochs", "best_epoch", "windows"):
         assert row[k] == ref[k], k
+
+
+def test_an_unusable_checkpoint_folder_is_refused_before_any_run(tmp_path, capsys):
+    """--checkpoints naming a file: argparse's one line naming the flag, no run, no results file."""
+    out, blocker = tmp_path / "r.csv", tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--models", "dlinear", "--out", str(out), "--checkpoints", str(blocker)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: --checkpoints:" in err and "a-file" in err and "Traceback" not in err
+    assert not out.exists()
