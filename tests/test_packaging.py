@@ -51,3 +51,24 @@ def test_root_cli_runs_from_checkout():
     r = subprocess.run([sys.executable, str(ROOT / "cli.py"), "--help"], capture_output=True,
                        text=True, cwd=ROOT)
     assert r.returncode == 0 and "tsmix" in r.stdout
+
+
+def test_a_wheel_built_from_the_checkout_names_its_commit(wheel, tmp_path):
+    """build_py writes the checkout's commit into the wheel's tsmix/_archive.py, so an install from
+    ``pip install .`` records where its results came from (the checkout's own copy keeps the
+    placeholders and asks git)."""
+    from tsmix.provenance import UNKNOWN, checkout_commit
+
+    full, short = checkout_commit(ROOT, short=False), checkout_commit(ROOT, short=True)
+    if UNKNOWN in (full, short):
+        pytest.skip("not a git checkout: there is no commit to write")
+    text = zipfile.ZipFile(wheel).read("tsmix/_archive.py").decode()
+    assert f'FULL = "{full}"' in text and f'SHORT = "{short}"' in text
+    assert "$Format:%H$" in (ROOT / "tsmix" / "_archive.py").read_text()  # the checkout is untouched
+    # read back the way an installed copy reads it: no .git beside the package
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    out = subprocess.run([sys.executable, "-c", "from tsmix.provenance import git_commit as g; print(g())"],
+                         cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path),
+                                                                            "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == short
