@@ -60,7 +60,9 @@ class BuildPyWithCommit(build_py):
         full, short = prov.checkout_commit(HERE, short=False), prov.checkout_commit(HERE, short=True)
         if prov.UNKNOWN in (full, short):
             return  # git missing or failing: the placeholders stay, provenance reads "unknown"
-        text = target.read_text()
+        # from the source, not the built copy: a build folder left by an earlier build keeps its
+        # copy (build_py copies only newer files), which would still name that build's commit
+        text = (HERE / "tsmix" / "_archive.py").read_text()
         if "$Format:%H$" not in text:
             return  # already substituted (built from an archive)
         target.unlink()  # a new file, never writing through a link back into the checkout
