@@ -37,7 +37,6 @@ for package, folder in ROOTS.items():
         package_dir[f"{package}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
 
 
-
 def _provenance():
     """tsmix/provenance.py loaded on its own: importing the package would need torch at build time."""
     spec = importlib.util.spec_from_file_location("_tsmix_provenance", HERE / "tsmix" / "provenance.py")
