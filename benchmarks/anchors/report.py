@@ -275,6 +275,15 @@ def main(argv: list[str] | None = None) -> int:
             "    --members rlinear,dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,336,720 \\\n"
             "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
+            "# Weather (sessions 35-36): the yb-spectral variate member (L=336, no timestamp tokens)\n"
+            "# beside the linear members, then beside DLinear at lookbacks 336 and 720\n"
+            "python benchmarks/anchors/run.py --datasets Weather --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
+            "python benchmarks/anchors/run.py --datasets Weather --seeds 2021 \\\n"
+            "    --members dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 336,720\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
