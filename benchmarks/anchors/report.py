@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets Weather --seeds 2021 \\\n"
             "    --members dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 336,720\n"
+            "# (the same with --seeds 2021,2022 --seed-ensemble: seed 2022 and the 2-seed means)\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
