@@ -28,7 +28,9 @@ that ``--mixer`` alone.
 
 ``--linear-lookbacks 192,336,720`` fits the rlinear and dlinear members once per lookback
 (``rlinear-L192``, ``dlinear-L720``; the one at the anchors' 336 keeps its plain name, rows and saved
-fits), so the candidates include ensembles across lookbacks.
+fits), so the candidates include ensembles across lookbacks. ``--variate-lookbacks 336,720`` does
+the same for the itransformer member (``itransformer-notok-L720[nrgpt]``): its member at one
+lookback is the very one ``--variate-lookback <L> --variate-label itransformer-notok-L<L>`` fits.
 
 Candidates are each member alone and every ensemble (equal-weight mean) of two or more. The
 report (``report.py``) picks, per dataset, the candidate with the lowest validation MSE averaged
@@ -128,12 +130,14 @@ def rlinear_params_csv(path: str, study_name: str, fixed: dict | None = None) ->
 
 
 def members(names: list[str], dataset: str, horizon: int, seed: int, mixers: list[str], rl: dict,
-            labels: dict[str, str], variate: dict | None = None, lookbacks: list[int] | None = None) -> dict:
+            labels: dict[str, str], variate: dict | None = None, lookbacks: list[int] | None = None,
+            variate_lookbacks: list[int] | None = None) -> dict:
     """Factories of the members by internal label, in ``names`` order: ``make(**overrides)``. A
     member built with a mixer comes once per ``mixers`` entry, labelled ``<label>[<mixer>]``
     (``itransformer-notok[fem-aft]``); a linear member once per ``lookbacks`` entry, labelled
-    ``<label>-L<lookback>`` but at the anchors' 336 (:func:`member_labels`); ``labels`` gives a
-    member's name in the rows, when not its own."""
+    ``<label>-L<lookback>`` but at the anchors' 336 (:func:`member_labels`), and the itransformer
+    member so once per ``variate_lookbacks`` entry (``itransformer-notok-L720[nrgpt]``); ``labels``
+    gives a member's name in the rows, when not its own."""
     from tsmix.forecasting import Forecaster
 
     common = dict(seed=seed, threads=1, progress=False)
@@ -153,10 +157,12 @@ def members(names: list[str], dataset: str, horizon: int, seed: int, mixers: lis
     }
     out = {}
     for n in names:
-        for lab in member_labels([n], labels, mixers, lookbacks):
+        for lab in member_labels([n], labels, mixers, lookbacks, variate_lookbacks):
             mixer = split_label(lab)[1]
             if mixer:
-                out[lab] = lambda m=mixer, f=make[n], **o: f(m, **o)
+                at = ({"lookback": lookback_of(split_label(lab)[0])}
+                      if n == "itransformer" and variate_lookbacks else {})
+                out[lab] = lambda m=mixer, f=make[n], at=at, **o: f(m, **{**at, **o})
             elif lookbacks:  # the member at each lookback (the plain label is the one at 336)
                 at = lookback_of(lab)
                 out[lab] = lambda f=make[n], at=at, **o: f(**{"lookback": at, **o})
@@ -171,19 +177,28 @@ ANCHOR_LOOKBACK = 336  # the anchors' lookback: the member at it keeps its plain
 
 
 def member_labels(names: list[str], labels: dict[str, str], mixers: list[str],
-                  lookbacks: list[int] | None = None) -> list[str]:
+                  lookbacks: list[int] | None = None,
+                  variate_lookbacks: list[int] | None = None) -> list[str]:
     """The members' internal labels: a mixer member once per mixer, ``<label>[<mixer>]``; with
-    ``lookbacks``, a linear member once per lookback, ``<label>-L<lookback>`` (plain at 336)."""
+    ``lookbacks``, a linear member once per lookback, ``<label>-L<lookback>`` (plain at 336); with
+    ``variate_lookbacks``, the itransformer member so once per lookback, each once per mixer."""
     out = []
     for n in names:
         base = labels.get(n, n)
         if n in MIXER_MEMBERS:
-            out += [f"{base}[{m}]" for m in mixers]
+            bases = ([at_lookback(base, lb) for lb in variate_lookbacks]
+                     if n == "itransformer" and variate_lookbacks else [base])
+            out += [f"{b}[{m}]" for b in bases for m in mixers]
         elif n in LINEAR_MEMBERS and lookbacks:
-            out += [base if lb == ANCHOR_LOOKBACK else f"{base}-L{lb}" for lb in lookbacks]
+            out += [at_lookback(base, lb) for lb in lookbacks]
         else:
             out.append(base)
     return out
+
+
+def at_lookback(base: str, lookback: int) -> str:
+    """The label of member ``base`` at ``lookback``: ``base-L<lookback>``, plain at the anchors' 336."""
+    return base if lookback == ANCHOR_LOOKBACK else f"{base}-L{lookback}"
 
 
 def split_lookback(label: str) -> tuple[str, int | None]:
@@ -321,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
                          "member per mixer, and ensembles across mixers (fem-aft,yb-spectral)")
     ap.add_argument("--members", default="patchtst,rlinear,dlinear",
                     help="comma-separated members to fit (patchtst, rlinear, dlinear, itransformer)")
-    ap.add_argument("--variate-lookback", type=int, default=336, help="lookback of the itransformer member")
+    ap.add_argument("--variate-lookback", type=int, default=None,
+                    help=f"lookback of the itransformer member (default {ANCHOR_LOOKBACK}; plain label)")
+    ap.add_argument("--variate-lookbacks", default=None, metavar="L1,L2,...",
+                    help="instead: the itransformer member once per lookback (itransformer-L720[nrgpt]; "
+                         f"the one at {ANCHOR_LOOKBACK} keeps its plain name), and the ensembles across them")
     ap.add_argument("--linear-lookbacks", default=None, metavar="L1,L2,...",
                     help="the rlinear and dlinear members once per lookback (rlinear-L720, ...; the one "
                          f"at {ANCHOR_LOOKBACK} keeps its plain name), and the ensembles across them")
@@ -379,23 +398,25 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not mixers:
         ap.error(f"--mixer: unknown {bad or 'empty list'}; choose from {', '.join(available_mixers())}")
     seeds = [int(x) for x in args.seeds.split(",")]
-    args.lookbacks = None
-    if args.linear_lookbacks is not None:
-        try:
-            given = (int(x) for x in args.linear_lookbacks.split(",") if x.strip())
-            args.lookbacks = list(dict.fromkeys(given))
-        except ValueError:
-            args.lookbacks = []
-        if not args.lookbacks or min(args.lookbacks) < 1:
-            ap.error("--linear-lookbacks: give positive integers, e.g. 192,336,720; got "
-                     f"{args.linear_lookbacks!r}")
-        if not set(names) & set(LINEAR_MEMBERS):
-            ap.error("--linear-lookbacks repeats the rlinear and dlinear members: --members has neither")
+    args.lookbacks = parse_lookbacks(ap, "--linear-lookbacks", args.linear_lookbacks)
+    if args.lookbacks and not set(names) & set(LINEAR_MEMBERS):
+        ap.error("--linear-lookbacks repeats the rlinear and dlinear members: --members has neither")
+    args.variate_lookbacks = parse_lookbacks(ap, "--variate-lookbacks", args.variate_lookbacks)
+    if args.variate_lookbacks:
+        if args.variate_lookback is not None:
+            ap.error("give one of --variate-lookback (one member, plain label) and --variate-lookbacks")
+        if "itransformer" not in names:
+            ap.error("--variate-lookbacks repeats the itransformer member: --members has none")
+        if split_lookback(args.variate_label)[1] is not None:
+            ap.error(f"--variate-lookbacks names each member <label>-L<lookback>: --variate-label "
+                     f"{args.variate_label!r} already ends in a lookback; drop it")
+    if args.variate_lookback is None:
+        args.variate_lookback = ANCHOR_LOOKBACK
     if args.seed_ensemble and (len(set(seeds)) < 2 or args.refit):
         ap.error("--seed-ensemble needs two or more distinct --seeds and no --refit")
     variate = {"lookback": args.variate_lookback, "calendar": args.variate_calendar}
     label = {"rlinear": args.rlinear_label, "itransformer": args.variate_label}
-    labels = member_labels(names, label, mixers, args.lookbacks)
+    labels = member_labels(names, label, mixers, args.lookbacks, args.variate_lookbacks)
     wanted = [(c, False) for c in candidates(labels)] + [(c, True) for c in candidates(labels) if args.refit]
     done = csv_keys(out, ("dataset", "horizon", "seed", "mixer", "candidate"))
     commit = args.commit or git_commit()
@@ -432,6 +453,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def parse_lookbacks(ap: argparse.ArgumentParser, flag: str, text: str | None) -> list[int] | None:
+    """``"192,336,720"`` -> ``[192, 336, 720]`` (repeats dropped); ``None`` when the flag is not given."""
+    if text is None:
+        return None
+    try:
+        out = list(dict.fromkeys(int(x) for x in text.split(",") if x.strip()))
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        ap.error(f"{flag}: give positive integers, e.g. 192,336,720; got {text!r}")
+    return out
+
+
 def rlinear_settings(args, names: list[str], dataset: str) -> dict:
     """The RLinear member's settings for ``dataset`` (empty without the rlinear member)."""
     if "rlinear" not in names:
@@ -456,7 +490,8 @@ def fit_members(args, names: list[str], mixers: list[str], dataset: str, horizon
     twin with ``--refit``: ``({"train": {name: fit}, "tv": {...}}, seconds alike)``."""
     fitted, seconds = {"train": {}, "tv": {}}, {"train": {}, "tv": {}}
     folder = Path(args.runs) / dataset / str(horizon) / str(seed)
-    made = members(names, dataset, horizon, seed, mixers, rl, label, variate, args.lookbacks)
+    made = members(names, dataset, horizon, seed, mixers, rl, label, variate, args.lookbacks,
+                   args.variate_lookbacks)
     for name, make in made.items():
         base, mixer = split_label(name)
         run = folder / (f"{base}-{mixer}" if mixer else name)

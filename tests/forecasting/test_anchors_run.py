@@ -91,18 +91,22 @@ def test_a_seed_ensemble_needs_two_seeds_and_no_refit(capsys):
         assert "--seed-ensemble needs two or more distinct --seeds" in capsys.readouterr().err
 
 
-def cheap_members(names, dataset, horizon, seed, mixers, rl, labels, variate=None, lookbacks=None):
+def cheap_members(names, dataset, horizon, seed, mixers, rl, labels, variate=None, lookbacks=None,
+                  variate_lookbacks=None):
     """Stand-in for run.members: the same labels, members at 1 epoch and L=48 (a linear member
-    with ``lookbacks`` at the lookback its label names)."""
+    with ``lookbacks``, or the variate member with ``variate_lookbacks``, at the lookback its label
+    names)."""
     from tsmix.forecasting import Forecaster
 
     common = dict(horizon=horizon, lookback=48, epochs=1, seed=seed, threads=1, progress=False)
     out = {}
     for n in names:
-        for label in run.member_labels([n], labels, mixers, lookbacks):
+        for label in run.member_labels([n], labels, mixers, lookbacks, variate_lookbacks):
             extra = {"mixer": run.split_label(label)[1]} if n in run.MIXER_MEMBERS else {}
             if n in run.LINEAR_MEMBERS and lookbacks:
                 extra = {"lookback": run.lookback_of(label)}
+            if n == "itransformer" and variate_lookbacks:
+                extra["lookback"] = run.lookback_of(run.split_label(label)[0])
             out[label] = lambda model=n, extra=extra, **o: Forecaster(model=model, **{**common, **extra, **o})
     return out
 
@@ -278,3 +282,72 @@ def test_ensembles_across_lookbacks_keep_the_plain_rows(tmp_path, monkeypatch, d
     assert parts == pytest.approx([float(both[k]["mse"]) for k in ("dlinear-L48", "dlinear")], abs=1e-6)
     assert float(both["dlinear-L48+dlinear"]["mse"]) <= sum(parts) / 2 + 1e-9  # MSE is convex
     assert sorted(p.name for p in (runs / "ETTh1" / "24" / "2021").iterdir()) == ["dlinear", "dlinear-L48"]
+
+
+def test_the_variate_member_comes_once_per_lookback():
+    """--variate-lookbacks: the itransformer member once per lookback and mixer, the one at 336 under
+    its plain name; each is the very member a one-lookback run fits (same label, same settings)."""
+    labels = run.member_labels(["dlinear", "itransformer"], {"itransformer": "itransformer-notok"},
+                               ["nrgpt", "yb-spectral"], None, [336, 720])
+    assert labels == ["dlinear", "itransformer-notok[nrgpt]", "itransformer-notok[yb-spectral]",
+                      "itransformer-notok-L720[nrgpt]", "itransformer-notok-L720[yb-spectral]"]
+    assert run.row_id(("dlinear-L720", "itransformer-notok-L720[nrgpt]")) == (
+        "nrgpt", "dlinear-L720+itransformer-notok-L720")
+    variate = {"lookback": 336, "calendar": False}
+    notok = {"itransformer": "itransformer-notok"}
+    made = run.members(["itransformer"], "ETTm1", 96, 2021, ["nrgpt"], {}, notok, variate, None, [336, 720])
+    assert {k: f().config.lookback for k, f in made.items()} == {
+        "itransformer-notok[nrgpt]": 336, "itransformer-notok-L720[nrgpt]": 720}
+    plain = run.members(["itransformer"], "ETTm1", 96, 2021, ["nrgpt"], {}, notok, variate)
+    alone = run.members(["itransformer"], "ETTm1", 96, 2021, ["nrgpt"], {},
+                        {"itransformer": "itransformer-notok-L720"}, {"lookback": 720, "calendar": False})
+    for name, one in (("itransformer-notok[nrgpt]", plain), ("itransformer-notok-L720[nrgpt]", alone)):
+        assert made[name]().config.resolved() == one[name]().config.resolved()
+        assert made[name]().config.calendar is False
+
+
+def test_variate_lookbacks_are_checked(capsys):
+    for bad in ("", "336,x", "0,336"):
+        with pytest.raises(SystemExit) as exc:
+            run.main(["--members", "itransformer", "--variate-lookbacks", bad])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "--variate-lookbacks: give positive integers" in err
+    for argv, why in (
+            (["--members", "dlinear", "--variate-lookbacks", "336,720"], "--members has none"),
+            (["--members", "itransformer", "--variate-lookbacks", "336,720", "--variate-lookback", "96"],
+             "give one of --variate-lookback"),
+            (["--members", "itransformer", "--variate-lookbacks", "336,720", "--variate-label",
+              "itransformer-L96"], "already ends in a lookback")):
+        with pytest.raises(SystemExit) as exc:
+            run.main(argv)
+        assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_ensembles_across_variate_lookbacks_load_the_one_lookback_fits(tmp_path, monkeypatch, data_dir):
+    """A run with --variate-lookback 48 --variate-label itransformer-L48 writes the rows and fits that
+    --variate-lookbacks 48,336 then keeps and loads; only the member at 336 is fitted anew."""
+    import csv
+
+    monkeypatch.setattr(run, "members", cheap_members)
+    out, runs = tmp_path / "rows.csv", tmp_path / "runs"
+    argv = ["--datasets", "ETTh1", "--horizons", "24", "--seeds", "2021", "--members", "itransformer",
+            "--mixer", "linear", "--data-dir", str(data_dir), "--runs", str(runs), "--out", str(out),
+            "--commit", "test"]
+
+    def rows():
+        with open(out, newline="") as fh:
+            return {r["candidate"]: r for r in csv.DictReader(fh)}
+
+    assert run.main([*argv, "--variate-lookback", "48", "--variate-label", "itransformer-L48"]) == 0
+    first = rows()
+    assert set(first) == {"itransformer-L48"}
+    folder = runs / "ETTh1" / "24" / "2021"
+    stamp = (folder / "itransformer-L48-linear" / "config.json").stat().st_mtime_ns
+    assert run.main([*argv, "--variate-lookbacks", "48,336"]) == 0
+    both = rows()
+    assert set(both) == {"itransformer-L48", "itransformer", "itransformer-L48+itransformer"}
+    assert both["itransformer-L48"] == first["itransformer-L48"]
+    assert (folder / "itransformer-L48-linear" / "config.json").stat().st_mtime_ns == stamp  # loaded
+    parts = [float(m) for m in both["itransformer-L48+itransformer"]["members_mse"].split(";")]
+    assert parts == pytest.approx([float(both[k]["mse"]) for k in ("itransformer-L48", "itransformer")],
+                                  abs=1e-6)
