@@ -285,6 +285,17 @@ def main(argv: list[str] | None = None) -> int:
             "    --members dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 336,720\n"
             "# (the same with --seeds 2021,2022 --seed-ensemble: seed 2022 and the 2-seed means)\n"
+            "# ETTm1 (session 37): the nrgpt variate member at L=720 beside DLinear at 192 and 720,\n"
+            "# seeds 2021 and 2022 and their means\n"
+            "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021,2022 --seed-ensemble \\\n"
+            "    --members dlinear,itransformer --mixer nrgpt --variate-lookback 720 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok-L720 --linear-lookbacks 192,720\n"
+            "# ETTm2 (session 38): the linear members at lookbacks 336, 720 and 1440 beside the\n"
+            "# yb-spectral variate member\n"
+            "python benchmarks/anchors/run.py --datasets ETTm2 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 336,720,1440 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
