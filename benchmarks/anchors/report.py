@@ -294,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             "# yb-spectral variate member\n"
             "python benchmarks/anchors/run.py --datasets ETTm2 --seeds 2021 \\\n"
             "    --members rlinear,dlinear,itransformer --mixer yb-spectral --variate-lookback 336 \\\n"
-            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 336,720,1440 \\\n"
-            "    --rlinear-trials benchmarks/anchors/studies.csv --rlinear-set individual=false\n"
+            "    --no-variate-calendar --variate-label itransformer-notok \\\n"
+            "    --linear-lookbacks 336,720,1440 --rlinear-trials benchmarks/anchors/studies.csv \\\n"
+            "    --rlinear-set individual=false\n"
+            "# (the same with --seeds 2021,2022 --seed-ensemble: seed 2022 and the 2-seed means)\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
