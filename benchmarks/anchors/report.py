@@ -298,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
             "    --linear-lookbacks 336,720,1440 --rlinear-trials benchmarks/anchors/studies.csv \\\n"
             "    --rlinear-set individual=false\n"
             "# (the same with --seeds 2021,2022 --seed-ensemble: seed 2022 and the 2-seed means)\n"
+            "# ETTm1 (session 38): DLinear at 192, 720 and 1440 beside the nrgpt variate member, seed 2021\n"
+            "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
+            "    --members dlinear,itransformer --mixer nrgpt --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,720,1440\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
