@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTm1 --seeds 2021 \\\n"
             "    --members dlinear,itransformer --mixer nrgpt --variate-lookback 336 \\\n"
             "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,720,1440\n"
+            "# (session 39: the same with --seeds 2021,2022 --seed-ensemble: seed 2022, 2-seed means)\n"
+            "# ETTm2 (session 39): the session-38 ETTm2 command with --seeds 2023 (that seed alone)\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
