@@ -304,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
             "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,720,1440\n"
             "# (session 39: the same with --seeds 2021,2022 --seed-ensemble: seed 2022, 2-seed means)\n"
             "# ETTm2 (session 39): the session-38 ETTm2 command with --seeds 2023 (that seed alone)\n"
+            "# ETTh1, ETTh2 (session 40): the linear members at lookbacks 192, 336, 720 and 1440\n"
+            "python benchmarks/anchors/run.py --datasets ETTh2,ETTh1 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear --linear-lookbacks 192,336,720,1440 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
