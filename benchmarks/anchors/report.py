@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "python benchmarks/anchors/run.py --datasets ETTh2,ETTh1 --seeds 2021 \\\n"
             "    --members rlinear,dlinear --linear-lookbacks 192,336,720,1440 \\\n"
             "    --rlinear-trials benchmarks/anchors/studies.csv\n"
+            "# ETTm2 (session 40): the session-38 ETTm2 command with --seeds 2021,2022,2023 --seed-ensemble\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
