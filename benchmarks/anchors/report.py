@@ -309,6 +309,14 @@ def main(argv: list[str] | None = None) -> int:
             "    --members rlinear,dlinear --linear-lookbacks 192,336,720,1440 \\\n"
             "    --rlinear-trials benchmarks/anchors/studies.csv\n"
             "# ETTm2 (session 40): the session-38 ETTm2 command with --seeds 2021,2022,2023 --seed-ensemble\n"
+            "# ETTh1, ETTh2 (session 41): the yb-spectral and nrgpt variate members (L=336, no timestamp\n"
+            "# tokens) beside the linear members at 192, 336 and 720\n"
+            "python benchmarks/anchors/run.py --datasets ETTh2,ETTh1 --seeds 2021 \\\n"
+            "    --members rlinear,dlinear,itransformer --mixer yb-spectral,nrgpt --variate-lookback 336 \\\n"
+            "    --no-variate-calendar --variate-label itransformer-notok --linear-lookbacks 192,336,720 \\\n"
+            "    --rlinear-trials benchmarks/anchors/studies.csv\n"
+            "# ETTm1 (session 41): the session-38 ETTm1 command with --seeds 2023 (that seed alone)\n"
+            "# Weather (session 41): the sessions-35-36 Weather command with --seeds 2023 (that seed alone)\n"
             "python benchmarks/anchors/report.py --storage sqlite:///optuna.db\n"
             "```\n\n")
     lookback = lookback_section(HERE / "studies.csv")
